@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver and etcd for envtest from the Go module proxy alone, into bin/envtest/<version>/.
+#
+# setup-envtest downloads prebuilt release binaries, which CI cannot reach. Instead this script
+# writes a throw-away wrapper module that requires k8s.io/kubernetes and replaces each of its
+# staging modules (generated from kubernetes' own go.mod) with the published v0.x.y build, then
+# builds cmd/kube-apiserver and etcd's server in one `go build`. The result is cached by version:
+# a second run finds the binaries and returns at once.
+#
+# Prints the KUBEBUILDER_ASSETS directory on the last line of stdout; progress goes to stderr.
+set -euo pipefail
+
+KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.8}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${ROOT}/bin/envtest/${KUBE_VERSION}"
+STAGING_VERSION="v0.${KUBE_VERSION#1.}"
+
+if [[ -x "${OUT}/kube-apiserver" && -x "${OUT}/etcd" ]]; then
+  echo "envtest binaries: cached in bin/envtest/${KUBE_VERSION} (build took 0s)" >&2
+  echo "${OUT}"
+  exit 0
+fi
+
+start=$(date +%s)
+echo "envtest binaries: building kube-apiserver v${KUBE_VERSION} and etcd ${ETCD_VERSION} from the module proxy (several minutes the first time)" >&2
+work="${ROOT}/bin/envtest/build-${KUBE_VERSION}"
+rm -rf "${work}"
+mkdir -p "${work}" "${OUT}"
+cd "${work}"
+
+export GOFLAGS=-mod=mod GOWORK=off
+go mod init envtest-binaries >/dev/null 2>&1
+
+# The staging modules that kubernetes replaces with ./staging/src/... are published as v0.x.y.
+kgomod="$(go mod download -json "k8s.io/kubernetes@v${KUBE_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+{
+  echo "require ("
+  echo "	k8s.io/kubernetes v${KUBE_VERSION}"
+  echo "	go.etcd.io/etcd/server/v3 ${ETCD_VERSION}"
+  echo ")"
+  echo "replace ("
+  grep -E '^[[:space:]]*k8s\.io/[a-z0-9-]+ => \./staging/' "${kgomod}" \
+    | awk '{print $1}' | grep -v '^k8s.io/sample-' \
+    | while read -r m; do echo "	${m} => ${m} ${STAGING_VERSION}"; done
+  echo ")"
+} >> go.mod
+
+ldflags="-s -w"
+pkg=k8s.io/component-base/version
+ldflags+=" -X ${pkg}.gitVersion=v${KUBE_VERSION} -X ${pkg}.gitMajor=${KUBE_VERSION%%.*}"
+minor="${KUBE_VERSION#*.}"; minor="${minor%%.*}"
+ldflags+=" -X ${pkg}.gitMinor=${minor}"
+
+CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${work}/out/" \
+  k8s.io/kubernetes/cmd/kube-apiserver go.etcd.io/etcd/server/v3
+mv "${work}/out/kube-apiserver" "${OUT}/kube-apiserver"
+mv "${work}/out/server" "${OUT}/etcd"
+cd "${ROOT}"
+rm -rf "${work}"
+echo "envtest binaries: built into bin/envtest/${KUBE_VERSION} in $(( $(date +%s) - start ))s" >&2
+echo "${OUT}"

@@ -1,0 +1,69 @@
+// Package keylock provides a set of mutexes addressed by string key, such as a volume ID.
+//
+// Each key's lock is created on first use and freed when nobody holds or waits for it, so the
+// set's size follows the number of keys in use, not the number ever seen. Lock waits until the
+// key is free or the context ends, which lets a gRPC handler give up with its own deadline.
+package keylock
+
+import (
+	"context"
+	"sync"
+)
+
+// Locks is a set of per-key mutexes. The zero value is ready to use.
+type Locks struct {
+	mu    sync.Mutex
+	locks map[string]*entry
+}
+
+type entry struct {
+	sem  chan struct{} // holds one token while the key is locked
+	refs int           // holders plus waiters
+}
+
+// Lock acquires the lock for key, waiting until it is free or ctx is done. On success it returns
+// the function that releases the lock; it must be called exactly once.
+func (l *Locks) Lock(ctx context.Context, key string) (unlock func(), err error) {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = make(map[string]*entry)
+	}
+	e, ok := l.locks[key]
+	if !ok {
+		e = &entry{sem: make(chan struct{}, 1)}
+		l.locks[key] = e
+	}
+	e.refs++
+	l.mu.Unlock()
+
+	select {
+	case e.sem <- struct{}{}:
+		var once sync.Once
+		return func() { once.Do(func() { <-e.sem; l.release(key, e) }) }, nil
+	case <-ctx.Done():
+		l.release(key, e)
+		return nil, ctx.Err()
+	}
+}
+
+// LockNoContext acquires the lock for key, waiting as long as it takes.
+func (l *Locks) LockNoContext(key string) (unlock func()) {
+	unlock, _ = l.Lock(context.Background(), key)
+	return unlock
+}
+
+func (l *Locks) release(key string, e *entry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e.refs--
+	if e.refs == 0 {
+		delete(l.locks, key)
+	}
+}
+
+// Len reports how many keys currently have a holder or a waiter.
+func (l *Locks) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.locks)
+}

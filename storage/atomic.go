@@ -1,0 +1,189 @@
+package storage
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// writeFileAtomic replaces dir/name with data so that a reader, or the file after a crash, holds
+// either the old or the new content in full.
+func writeFileAtomic(dir, name string, data []byte, perm os.FileMode) (err error) {
+	// Step 1: a temporary file in the same directory, so the rename stays on one filesystem.
+	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", filepath.Join(dir, name), err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err == nil {
+		err = tmp.Chmod(perm)
+	}
+	if err == nil {
+		// Step 2: the content is on stable storage before the name points at it.
+		err = tmp.Sync()
+	}
+	if closeErr := tmp.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", filepath.Join(dir, name), err)
+	}
+	// Step 3: swap the name.
+	if err = os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("writing %s: %w", filepath.Join(dir, name), err)
+	}
+	// Step 4: persist the rename itself.
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+const (
+	// dataLinkName is the symlink that points at the current generation of files. Applications
+	// may watch it for changes.
+	dataLinkName = "..data"
+	// generationPrefix starts the name of every timestamped generation directory.
+	generationPrefix = ".."
+)
+
+// projectFiles makes files the complete content of dir, kubelet-style, so that a reader going
+// through dir never sees a key of one issuance beside a chain of another:
+//  1. write every file (mode 0440, group gid if set) into a new hidden directory
+//     "..<timestamp>.<random>" inside dir and fsync it;
+//  2. point a temporary symlink at that directory and rename it over "..data" (one atomic
+//     rename(2) switches every file at once);
+//  3. make each visible name a symlink "name -> ..data/name" (created once, then left alone);
+//  4. remove visible names that are no longer in the set, and older generations.
+//
+// Callers serialise calls for one directory. A crash before step 2 leaves an unused generation
+// that the next call removes; after it, the new set is in place.
+func projectFiles(dir string, files map[string][]byte, gid *int64) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// Step 1.
+	genDir, err := os.MkdirTemp(dir, generationPrefix+time.Now().UTC().Format("2006_01_02_15_04_05.")+"*")
+	if err != nil {
+		return fmt.Errorf("creating generation directory: %w", err)
+	}
+	gen := filepath.Base(genDir)
+	fail := func(err error) error {
+		_ = os.RemoveAll(genDir)
+		return err
+	}
+	for name, content := range files {
+		if err := writeGenerationFile(filepath.Join(genDir, name), content, gid); err != nil {
+			return fail(err)
+		}
+	}
+	if err := os.Chmod(genDir, 0o755); err != nil {
+		return fail(err)
+	}
+	if err := chgrp(genDir, gid); err != nil {
+		return fail(err)
+	}
+	if err := chgrp(dir, gid); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(genDir); err != nil {
+		return fail(err)
+	}
+	// Step 2.
+	if err := replaceSymlink(dir, dataLinkName, gen); err != nil {
+		return fail(err)
+	}
+	// Step 3.
+	for name := range files {
+		target := filepath.Join(dataLinkName, name)
+		if cur, err := os.Readlink(filepath.Join(dir, name)); err == nil && cur == target {
+			continue
+		}
+		if err := replaceSymlink(dir, name, target); err != nil {
+			return err
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	// Step 4.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case name == dataLinkName || name == gen:
+		case strings.HasPrefix(name, generationPrefix):
+			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		default:
+			if _, keep := files[name]; !keep {
+				if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func writeGenerationFile(path string, content []byte, gid *int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(content)
+	if err == nil {
+		err = f.Sync()
+	}
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil {
+		err = chgrp(path, gid)
+	}
+	if err == nil {
+		err = os.Chmod(path, 0o440)
+	}
+	return err
+}
+
+func chgrp(path string, gid *int64) error {
+	if gid == nil {
+		return nil
+	}
+	if err := os.Lchown(path, -1, int(*gid)); err != nil {
+		return fmt.Errorf("setting group %d on %s: %w", *gid, path, err)
+	}
+	return nil
+}
+
+// replaceSymlink atomically makes dir/name a symlink to target, replacing whatever was there
+// (including a regular file written by an older layout).
+func replaceSymlink(dir, name, target string) error {
+	tmp := filepath.Join(dir, generationPrefix+"tmp-"+name)
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("creating symlink for %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("publishing symlink for %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,418 @@
+package storage
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"k8s.io/mount-utils"
+
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+// storeUnderTest adapts one implementation of Interface to the conformance suite.
+type storeUnderTest struct {
+	store Interface
+	// setRaw stores raw bytes as a volume's metadata (creating the volume).
+	setRaw func(t *testing.T, id string, raw []byte)
+	// bareVolume creates a volume that has no metadata at all.
+	bareVolume func(t *testing.T, id string)
+	sweep      func() SweepResult
+	mounter    *mount.FakeMounter
+	readFile   func(id, name string) ([]byte, error)
+}
+
+func newFilesystemUnderTest(t *testing.T) storeUnderTest {
+	base := t.TempDir()
+	mounter := mount.NewFakeMounter(nil)
+	fs, err := NewFilesystemWithOptions(testr.New(t), base, FilesystemOptions{PlainDirectory: true, Mounter: mounter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return storeUnderTest{
+		store: fs,
+		setRaw: func(t *testing.T, id string, raw []byte) {
+			if err := os.MkdirAll(filepath.Join(fs.root, id, dataDirName), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(fs.metadataPath(id), raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+		bareVolume: func(t *testing.T, id string) {
+			if err := os.MkdirAll(filepath.Join(fs.root, id, dataDirName), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		},
+		sweep:    fs.Sweep,
+		mounter:  mounter,
+		readFile: fs.ReadFile,
+	}
+}
+
+func newMemoryUnderTest(t *testing.T) storeUnderTest {
+	m := NewMemoryFS()
+	mounter := mount.NewFakeMounter(nil)
+	m.Mounter = mounter
+	return storeUnderTest{
+		store: m,
+		setRaw: func(t *testing.T, id string, raw []byte) {
+			if err := m.SetRawMetadata(id, raw); err != nil {
+				t.Fatal(err)
+			}
+		},
+		bareVolume: func(t *testing.T, id string) {
+			m.mu.Lock()
+			m.volumes[id] = &memVolume{}
+			m.mu.Unlock()
+		},
+		sweep:    func() SweepResult { return m.Sweep(testr.New(t)) },
+		mounter:  mounter,
+		readFile: m.ReadFile,
+	}
+}
+
+var implementations = map[string]func(t *testing.T) storeUnderTest{
+	"Filesystem": newFilesystemUnderTest,
+	"MemoryFS":   newMemoryUnderTest,
+}
+
+// forEachStore runs the same test against every implementation of Interface.
+func forEachStore(t *testing.T, test func(t *testing.T, s storeUnderTest)) {
+	for name, newStore := range implementations {
+		t.Run(name, func(t *testing.T) { test(t, newStore(t)) })
+	}
+}
+
+func testMeta(id string) metadata.Metadata {
+	return metadata.Metadata{
+		VolumeID:      id,
+		TargetPath:    "/target/" + id,
+		VolumeContext: map[string]string{"csi.storage.k8s.io/pod.name": "pod-" + id},
+	}
+}
+
+var invalidVolumeIDs = []string{"", ".", "..", "../x", "a/../../b", "/abs", "a/b", "x\x00y", strings.Repeat("a", 256)}
+
+func TestValidateVolumeID(t *testing.T) {
+	for _, id := range invalidVolumeIDs {
+		if err := ValidateVolumeID(id); !errors.Is(err, ErrInvalidVolumeID) {
+			t.Errorf("ValidateVolumeID(%q) = %v, want ErrInvalidVolumeID", id, err)
+		}
+	}
+	for _, id := range []string{"a", "csi-0123abcd", "a..b", "...", strings.Repeat("a", 255)} {
+		if err := ValidateVolumeID(id); err != nil {
+			t.Errorf("ValidateVolumeID(%q) = %v, want nil", id, err)
+		}
+	}
+}
+
+func TestConformanceRejectsInvalidVolumeIDs(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		if _, err := s.store.RegisterMetadata(testMeta("good")); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range invalidVolumeIDs {
+			methods := map[string]error{}
+			_, methods["ReadMetadata"] = s.store.ReadMetadata(id)
+			methods["WriteMetadata"] = s.store.WriteMetadata(id, testMeta(id))
+			_, methods["RegisterMetadata"] = s.store.RegisterMetadata(testMeta(id))
+			methods["WriteFiles"] = s.store.WriteFiles(testMeta(id), map[string][]byte{"a": nil})
+			methods["RemoveVolume"] = s.store.RemoveVolume(id)
+			_, methods["ReadFile"] = s.readFile(id, "a")
+			for method, err := range methods {
+				if !errors.Is(err, ErrInvalidVolumeID) {
+					t.Errorf("%s(%q) = %v, want ErrInvalidVolumeID", method, id, err)
+				}
+			}
+			if p := s.store.PathForVolume(id); p != "" {
+				t.Errorf("PathForVolume(%q) = %q, want empty", id, p)
+			}
+		}
+		ids, _ := s.store.ListVolumes()
+		if len(ids) != 1 || ids[0] != "good" {
+			t.Errorf("volumes after invalid calls = %v, want [good]", ids)
+		}
+	})
+}
+
+func TestConformanceRegisterAndRead(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		meta := testMeta("v1")
+		meta.Mounted = true // a new volume is always registered unmounted
+		wrote, err := s.store.RegisterMetadata(meta)
+		if err != nil || !wrote {
+			t.Fatalf("RegisterMetadata = %v, %v; want true, nil", wrote, err)
+		}
+		got, err := s.store.ReadMetadata("v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Mounted || got.TargetPath != meta.TargetPath || got.VolumeContext["csi.storage.k8s.io/pod.name"] != "pod-v1" {
+			t.Fatalf("read back %+v", got)
+		}
+		// Same context: nothing to write.
+		if wrote, err := s.store.RegisterMetadata(testMeta("v1")); err != nil || wrote {
+			t.Fatalf("second RegisterMetadata = %v, %v; want false, nil", wrote, err)
+		}
+		// Issue and mount it, then register with a new context: context changes, state stays.
+		nit := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+		got.NextIssuanceTime, got.Mounted = &nit, true
+		if err := s.store.WriteMetadata("v1", got); err != nil {
+			t.Fatal(err)
+		}
+		changed := testMeta("v1")
+		changed.VolumeContext["extra"] = "1"
+		if wrote, err := s.store.RegisterMetadata(changed); err != nil || !wrote {
+			t.Fatalf("RegisterMetadata with new context = %v, %v; want true, nil", wrote, err)
+		}
+		got, _ = s.store.ReadMetadata("v1")
+		if got.VolumeContext["extra"] != "1" || !got.Mounted || got.NextIssuanceTime == nil || !got.NextIssuanceTime.Equal(nit) {
+			t.Fatalf("after re-register: %+v", got)
+		}
+		if _, err := s.store.ReadMetadata("missing"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("ReadMetadata(missing) = %v, want ErrNotFound", err)
+		}
+		if err := s.store.WriteMetadata("missing", testMeta("missing")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("WriteMetadata(missing) = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+func TestConformanceMountedNeverRegresses(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		meta := testMeta("v1")
+		if _, err := s.store.RegisterMetadata(meta); err != nil {
+			t.Fatal(err)
+		}
+		stale := meta // a copy taken before the publish succeeded
+		mounted := meta
+		mounted.Mounted = true
+		if err := s.store.WriteMetadata("v1", mounted); err != nil {
+			t.Fatal(err)
+		}
+		nit := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+		stale.NextIssuanceTime = &nit
+		if err := s.store.WriteMetadata("v1", stale); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := s.store.ReadMetadata("v1")
+		if !got.Mounted {
+			t.Fatal("a stale WriteMetadata cleared mounted")
+		}
+		if got.NextIssuanceTime == nil || !got.NextIssuanceTime.Equal(nit) {
+			t.Fatal("the stale write's other fields were not applied")
+		}
+	})
+}
+
+func TestConformanceConcurrentWritersKeepMounted(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		if _, err := s.store.RegisterMetadata(testMeta("v1")); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := 0; i < 20; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				m := testMeta("v1")
+				m.Mounted = i == 0
+				if err := s.store.WriteMetadata("v1", m); err != nil {
+					t.Error(err)
+				}
+			}(i)
+		}
+		wg.Wait()
+		got, _ := s.store.ReadMetadata("v1")
+		if !got.Mounted {
+			t.Fatal("a concurrent stale write cleared mounted")
+		}
+	})
+}
+
+func TestConformanceLegacyDecoding(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		for file, want := range map[string]bool{
+			"../metadata/testdata/upstream-issued.json":       true,
+			"../metadata/testdata/upstream-never-issued.json": false,
+		} {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := filepath.Base(file)
+			s.setRaw(t, id, raw)
+			got, err := s.store.ReadMetadata(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Mounted != want {
+				t.Errorf("%s: Mounted = %v, want %v", file, got.Mounted, want)
+			}
+		}
+		s.setRaw(t, "corrupt", []byte(`{"volumeID": "corr`))
+		if _, err := s.store.ReadMetadata("corrupt"); !errors.Is(err, ErrInvalidJSON) {
+			t.Fatalf("ReadMetadata(corrupt) = %v, want ErrInvalidJSON", err)
+		}
+		if _, err := s.store.RegisterMetadata(testMeta("corrupt")); !errors.Is(err, ErrInvalidJSON) {
+			t.Fatalf("RegisterMetadata over corrupt metadata = %v, want ErrInvalidJSON", err)
+		}
+	})
+}
+
+func TestConformanceFiles(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		meta := testMeta("v1")
+		if err := s.store.WriteFiles(meta, map[string][]byte{"tls.crt": []byte("x")}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("WriteFiles on a missing volume = %v, want ErrNotFound", err)
+		}
+		if _, err := s.store.RegisterMetadata(meta); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.store.WriteFiles(meta, map[string][]byte{"tls.crt": []byte("crt1"), "tls.key": []byte("key1")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.store.WriteFiles(meta, map[string][]byte{"tls.crt": []byte("crt2"), "ca.crt": []byte("ca2")}); err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]string{"tls.crt": "crt2", "ca.crt": "ca2"} {
+			got, err := s.readFile("v1", name)
+			if err != nil || string(got) != want {
+				t.Errorf("ReadFile(%s) = %q, %v; want %q", name, got, err, want)
+			}
+		}
+		if _, err := s.readFile("v1", "tls.key"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("a file dropped from the set is still readable: %v", err)
+		}
+		for _, bad := range []string{"../x", "..data", "a/b", ""} {
+			if err := s.store.WriteFiles(meta, map[string][]byte{bad: nil}); !errors.Is(err, ErrInvalidFileName) {
+				t.Errorf("WriteFiles(%q) = %v, want ErrInvalidFileName", bad, err)
+			}
+		}
+		got, _ := s.readFile("v1", "tls.crt")
+		if string(got) != "crt2" {
+			t.Errorf("rejected writes changed the files: %q", got)
+		}
+	})
+}
+
+func TestConformanceInvalidFSGroup(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		meta := testMeta("v1")
+		if _, err := s.store.RegisterMetadata(meta); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.store.WriteFiles(meta, map[string][]byte{"tls.crt": []byte("good")}); err != nil {
+			t.Fatal(err)
+		}
+		for _, group := range []string{"abc", "-1", "4294967296", "1.5"} {
+			bad := meta
+			bad.VolumeMountGroup = group
+			if err := s.store.WriteFiles(bad, map[string][]byte{"tls.crt": []byte("bad")}); !errors.Is(err, ErrInvalidFSGroup) {
+				t.Errorf("WriteFiles with fsGroup %q = %v, want ErrInvalidFSGroup", group, err)
+			}
+			if v, ok := s.store.(MetadataValidator); !ok || !errors.Is(v.ValidateMetadata(bad), ErrInvalidFSGroup) {
+				t.Errorf("ValidateMetadata with fsGroup %q did not reject it", group)
+			}
+		}
+		got, _ := s.readFile("v1", "tls.crt")
+		if string(got) != "good" {
+			t.Errorf("a rejected write changed the files: %q", got)
+		}
+	})
+}
+
+func TestConformanceSweep(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		// never: registered, publish never succeeded, a bind mount survived the crash.
+		never := testMeta("never")
+		never.TargetPath = filepath.Join(t.TempDir(), "never-target")
+		if err := os.MkdirAll(never.TargetPath, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.store.RegisterMetadata(never); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.mounter.Mount("src", never.TargetPath, "", []string{"bind"}); err != nil {
+			t.Fatal(err)
+		}
+		// live: published.
+		live := testMeta("live")
+		if _, err := s.store.RegisterMetadata(live); err != nil {
+			t.Fatal(err)
+		}
+		live.Mounted = true
+		if err := s.store.WriteMetadata("live", live); err != nil {
+			t.Fatal(err)
+		}
+		// legacy, issued: kept; legacy, never issued: removed.
+		raw, _ := os.ReadFile("../metadata/testdata/upstream-issued.json")
+		s.setRaw(t, "legacy-issued", raw)
+		raw, _ = os.ReadFile("../metadata/testdata/upstream-never-issued.json")
+		s.setRaw(t, "legacy-unissued", raw)
+		s.setRaw(t, "corrupt", []byte("{not json"))
+		s.bareVolume(t, "bare")
+
+		// ListVolumes is read-only, however often it is called.
+		for i := 0; i < 3; i++ {
+			ids, err := s.store.ListVolumes()
+			if err != nil || len(ids) != 6 {
+				t.Fatalf("ListVolumes = %v, %v; want 6 volumes", ids, err)
+			}
+		}
+
+		res := s.sweep()
+		sort.Strings(res.RemovedNeverMounted)
+		if got := strings.Join(res.RemovedNeverMounted, ","); got != "legacy-unissued,never" {
+			t.Errorf("RemovedNeverMounted = %s", got)
+		}
+		if got := strings.Join(res.RemovedWithoutMetadata, ","); got != "bare" {
+			t.Errorf("RemovedWithoutMetadata = %s", got)
+		}
+		if got := strings.Join(res.Unreadable, ","); got != "corrupt" {
+			t.Errorf("Unreadable = %s", got)
+		}
+		if len(res.UnmountedTargets) != 1 || res.UnmountedTargets[0] != never.TargetPath {
+			t.Errorf("UnmountedTargets = %v", res.UnmountedTargets)
+		}
+		if res.Kept != 2 {
+			t.Errorf("Kept = %d, want 2", res.Kept)
+		}
+		if mps, _ := s.mounter.List(); len(mps) != 0 {
+			t.Errorf("mount points left: %v", mps)
+		}
+		ids, _ := s.store.ListVolumes()
+		sort.Strings(ids)
+		if got := strings.Join(ids, ","); got != "corrupt,legacy-issued,live" {
+			t.Errorf("volumes after sweep = %s", got)
+		}
+		// A second sweep finds nothing more to do.
+		res = s.sweep()
+		if len(res.RemovedNeverMounted)+len(res.RemovedWithoutMetadata) != 0 || res.Kept != 2 {
+			t.Errorf("second sweep = %+v", res)
+		}
+	})
+}
+
+func TestConformanceRemoveVolumeIdempotent(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		if _, err := s.store.RegisterMetadata(testMeta("v1")); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			if err := s.store.RemoveVolume("v1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.store.ReadMetadata("v1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("volume still readable after removal: %v", err)
+		}
+	})
+}

@@ -1,0 +1,117 @@
+package storage
+
+import (
+	"errors"
+	"os"
+
+	"github.com/go-logr/logr"
+	"k8s.io/mount-utils"
+
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+// SweepResult says what a start-up sweep did. Each list holds volume IDs.
+type SweepResult struct {
+	// RemovedWithoutMetadata are volume directories that had no metadata (a crash during
+	// registration); they were removed.
+	RemovedWithoutMetadata []string
+	// RemovedNeverMounted are volumes whose metadata says Mounted false: their publish never
+	// succeeded, so nobody will unpublish them. They were removed.
+	RemovedNeverMounted []string
+	// UnmountedTargets are the target paths of never-mounted volumes that were still mount
+	// points (a crash between mount and persisting Mounted) and were unmounted.
+	UnmountedTargets []string
+	// Unreadable are volumes whose metadata could not be read or decoded; they were left alone.
+	Unreadable []string
+	// Failed are volumes that should have been removed but could not be; they were left alone.
+	Failed []string
+	// Kept is the number of mounted volumes left in place.
+	Kept int
+}
+
+// Sweep removes what a crash or a missed NodeUnpublishVolume left behind; see the package
+// documentation. It never fails as a whole: problems with one volume are logged and recorded in
+// the result. Call it only before the driver serves, never concurrently with publishes.
+func (f *Filesystem) Sweep() SweepResult {
+	return sweep(f.log, f, f.mounter, func(id string) bool {
+		_, err := os.Stat(f.volumeDir(id))
+		return err == nil
+	})
+}
+
+// sweepStore is what sweep needs of a store.
+type sweepStore interface {
+	MetadataReader
+	RemoveVolume(volumeID string) error
+}
+
+func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, exists func(string) bool) SweepResult {
+	var res SweepResult
+	log = log.WithName("sweep")
+	ids, err := store.ListVolumes()
+	if err != nil {
+		log.Error(err, "Cannot list volumes; nothing swept")
+		return res
+	}
+	for _, id := range ids {
+		meta, err := store.ReadMetadata(id)
+		switch {
+		case errors.Is(err, ErrNotFound) && exists(id):
+			if err := store.RemoveVolume(id); err != nil {
+				log.Error(err, "Cannot remove volume without metadata", "volume_id", id)
+				res.Failed = append(res.Failed, id)
+				continue
+			}
+			log.Info("Removed volume directory without metadata", "volume_id", id)
+			res.RemovedWithoutMetadata = append(res.RemovedWithoutMetadata, id)
+		case err != nil:
+			log.Error(err, "Cannot read volume metadata; leaving the volume alone", "volume_id", id)
+			res.Unreadable = append(res.Unreadable, id)
+		case meta.Mounted:
+			res.Kept++
+		default:
+			unmounted, err := unmountIfMountPoint(mounter, meta.TargetPath)
+			if err != nil {
+				log.Error(err, "Cannot unmount target path of never-published volume; leaving it alone", "volume_id", id, "target_path", meta.TargetPath)
+				res.Failed = append(res.Failed, id)
+				continue
+			}
+			if unmounted {
+				res.UnmountedTargets = append(res.UnmountedTargets, meta.TargetPath)
+			}
+			if err := store.RemoveVolume(id); err != nil {
+				log.Error(err, "Cannot remove never-published volume", "volume_id", id)
+				res.Failed = append(res.Failed, id)
+				continue
+			}
+			log.Info("Removed volume whose publish never succeeded", "volume_id", id, "pod", podName(meta), "unmounted_target", unmounted)
+			res.RemovedNeverMounted = append(res.RemovedNeverMounted, id)
+		}
+	}
+	log.Info("Start-up sweep done", "kept", res.Kept, "removed_without_metadata", len(res.RemovedWithoutMetadata),
+		"removed_never_mounted", len(res.RemovedNeverMounted), "unreadable", len(res.Unreadable), "failed", len(res.Failed))
+	return res
+}
+
+// unmountIfMountPoint unmounts path if it is a mount point; a missing path or an empty one is
+// nothing to do.
+func unmountIfMountPoint(mounter mount.Interface, path string) (bool, error) {
+	if path == "" || mounter == nil {
+		return false, nil
+	}
+	notMnt, err := mounter.IsLikelyNotMountPoint(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if notMnt {
+		return false, nil
+	}
+	return true, mounter.Unmount(path)
+}
+
+func podName(meta metadata.Metadata) string {
+	return meta.VolumeContext["csi.storage.k8s.io/pod.name"]
+}
