@@ -1,0 +1,30 @@
+package manager
+
+import "errors"
+
+// ErrNotReadyToRequest is the error an issuance attempt returns, wrapped with the reason, when
+// the driver's ReadyToRequest says the volume may not request a certificate yet. It is an
+// expected wait state, not a failure: match it with errors.Is.
+var ErrNotReadyToRequest = errors.New("volume is not ready to request a certificate")
+
+// NotReadyToRequestError carries the reason ReadyToRequest gave. errors.Is(err,
+// ErrNotReadyToRequest) holds for it; errors.As recovers the reason.
+type NotReadyToRequestError struct {
+	Reason string
+}
+
+func (e *NotReadyToRequestError) Error() string {
+	if e.Reason == "" {
+		return ErrNotReadyToRequest.Error()
+	}
+	return ErrNotReadyToRequest.Error() + ": " + e.Reason
+}
+
+// Is reports whether target is ErrNotReadyToRequest.
+func (e *NotReadyToRequestError) Is(target error) bool { return target == ErrNotReadyToRequest }
+
+// errAttemptTimeout ends an issuance attempt that took longer than issueTimeout.
+var errAttemptTimeout = errors.New("issuance attempt timed out")
+
+// errStopped is returned once the manager has been stopped.
+var errStopped = errors.New("manager is stopped")

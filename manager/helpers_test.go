@@ -1,0 +1,332 @@
+package manager
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
+	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/metrics"
+	"github.com/cert-manager/csi-lib/storage"
+)
+
+// recordingClock is a fake clock that reports the duration of every timer the manager creates,
+// so a test can assert the exact wait the loop chose. The report is sent before the timer is
+// registered with the fake clock.
+type recordingClock struct {
+	*testclock.FakeClock
+	timers chan time.Duration
+}
+
+func (c *recordingClock) NewTimer(d time.Duration) clock.Timer {
+	c.timers <- d
+	return c.FakeClock.NewTimer(d)
+}
+
+const pollTimeout = 10 * time.Second
+
+// env is one manager on a fake clientset, a MemoryFS, and a recording fake clock.
+type env struct {
+	t        *testing.T
+	clock    *recordingClock
+	client   *fake.Clientset
+	store    *storage.MemoryFS
+	ca       *testkit.CA
+	registry *prometheus.Registry
+	m        *Manager
+	opts     Options
+
+	gateOpen   atomic.Bool
+	gateCalls  atomic.Int64
+	failKeygen atomic.Bool
+	// requeueOnError makes a failing attempt call Requeue before it returns, so the Requeue is
+	// pending when the loop enters its error wait.
+	requeueOnError atomic.Bool
+	mu         sync.Mutex
+	written    map[string][]crypto.PrivateKey
+}
+
+var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func noJitter(d, max time.Duration) *wait.Backoff {
+	return &wait.Backoff{Duration: d, Factor: 2, Cap: max, Steps: math.MaxInt32}
+}
+
+func newEnv(t *testing.T, configure func(*Options)) *env {
+	t.Helper()
+	ca, err := testkit.NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{
+		t:        t,
+		clock:    &recordingClock{FakeClock: testclock.NewFakeClock(start), timers: make(chan time.Duration, 1000)},
+		client:   fake.NewClientset(),
+		store:    storage.NewMemoryFS(),
+		ca:       ca,
+		registry: prometheus.NewRegistry(),
+		written:  map[string][]crypto.PrivateKey{},
+	}
+	e.gateOpen.Store(true)
+	log := testr.New(t)
+	e.opts = Options{
+		Client:         e.client,
+		MetadataReader: e.store,
+		Clock:          e.clock,
+		Log:            &log,
+		NodeID:         "test-node",
+		GeneratePrivateKey: func(meta metadata.Metadata) (crypto.PrivateKey, error) {
+			if e.failKeygen.Load() {
+				if e.requeueOnError.Load() {
+					e.m.Requeue(meta.VolumeID)
+				}
+				return nil, errors.New("keygen broken")
+			}
+			return testkit.NewKey()
+		},
+		GenerateRequest: func(meta metadata.Metadata) (*CertificateRequestBundle, error) {
+			return &CertificateRequestBundle{
+				Request:     &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeID}},
+				Namespace:   "ns",
+				IssuerRef:   cmmeta.IssuerReference{Name: "issuer", Kind: "Issuer", Group: "cert-manager.io"},
+				Duration:    time.Hour,
+				Usages:      []cmapi.KeyUsage{cmapi.UsageDigitalSignature},
+				Annotations: map[string]string{"a": "b"},
+			}, nil
+		},
+		SignRequest: func(_ metadata.Metadata, key crypto.PrivateKey, req *x509.CertificateRequest) ([]byte, error) {
+			return testkit.CSR(req, key)
+		},
+		WriteKeypair: func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
+			keyPEM, err := testkit.KeyPEM(key)
+			if err != nil {
+				return err
+			}
+			if err := e.store.WriteFiles(meta, map[string][]byte{"tls.key": keyPEM, "tls.crt": chain, "ca.crt": ca}); err != nil {
+				return err
+			}
+			e.mu.Lock()
+			e.written[meta.VolumeID] = append(e.written[meta.VolumeID], key)
+			e.mu.Unlock()
+			return e.store.WriteMetadata(meta.VolumeID, meta)
+		},
+		ReadyToRequest: func(metadata.Metadata) (bool, string) {
+			e.gateCalls.Add(1)
+			if e.gateOpen.Load() {
+				return true, ""
+			}
+			return false, "pod has no IP yet"
+		},
+		RenewalBackoffConfig: noJitter(30*time.Second, 5*time.Minute),
+		GateBackoffConfig:    noJitter(time.Second, 10*time.Second),
+		Metrics:              metrics.New("test-node", &log, e.registry, e.store, nil),
+	}
+	if configure != nil {
+		configure(&e.opts)
+	}
+	return e
+}
+
+func (e *env) start() *Manager {
+	e.t.Helper()
+	m, err := NewManager(e.opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.m = m
+	e.t.Cleanup(m.Stop)
+	e.waitInformerLive()
+	return m
+}
+
+// waitInformerLive makes sure the informer's watch is established, so no event is lost between
+// its initial list and its watch (a property of fake clientsets).
+func (e *env) waitInformerLive() {
+	e.t.Helper()
+	sentinel := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{
+		Name: "sentinel", Namespace: "sentinel",
+		Labels: map[string]string{"csi.cert-manager.io/node-id-hash": "f56fd9f8b"},
+	}}
+	if _, err := e.client.CertmanagerV1().CertificateRequests("sentinel").Create(context.Background(), sentinel, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.poll("informer to see the sentinel", func() bool {
+		_, err := e.m.lister.CertificateRequests("sentinel").Get("sentinel")
+		return err == nil
+	})
+	if err := e.client.CertmanagerV1().CertificateRequests("sentinel").Delete(context.Background(), "sentinel", metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.poll("informer to see the sentinel deleted", func() bool {
+		_, err := e.m.lister.CertificateRequests("sentinel").Get("sentinel")
+		return err != nil
+	})
+}
+
+// poll waits, with a bound, for cond; it is used only for events that happen on other
+// goroutines (informer, loop), never to let time pass.
+func (e *env) poll(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// register stores a volume's metadata, optionally as already mounted.
+func (e *env) register(id string, mounted bool) metadata.Metadata {
+	e.t.Helper()
+	meta := metadata.Metadata{
+		VolumeID:   id,
+		TargetPath: "/target/" + id,
+		VolumeContext: map[string]string{
+			"csi.storage.k8s.io/pod.name": "pod-" + id,
+			"csi.storage.k8s.io/pod.uid":  "uid-" + id,
+		},
+	}
+	if _, err := e.store.RegisterMetadata(meta); err != nil {
+		e.t.Fatal(err)
+	}
+	if mounted {
+		meta.Mounted = true
+		if err := e.store.WriteMetadata(id, meta); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return meta
+}
+
+// nextTimer returns the duration of the next timer the manager creates.
+func (e *env) nextTimer() time.Duration {
+	e.t.Helper()
+	select {
+	case d := <-e.clock.timers:
+		return d
+	case <-time.After(pollTimeout):
+		e.t.Fatal("timed out waiting for the manager to start a timer")
+		return 0
+	}
+}
+
+// expectAttemptThenWait asserts that the loop makes one attempt (its 60 s deadline timer) and
+// then waits exactly want, and that it is blocked on that wait.
+func (e *env) expectAttemptThenWait(want time.Duration) {
+	e.t.Helper()
+	if d := e.nextTimer(); d != issueTimeout {
+		e.t.Fatalf("expected an attempt (a %v deadline timer), got a %v timer", issueTimeout, d)
+	}
+	e.expectWait(want)
+}
+
+// expectWait asserts the next timer is a wait of exactly want, and waits until the loop blocks
+// on it (one waiter on the clock).
+func (e *env) expectWait(want time.Duration) {
+	e.t.Helper()
+	if d := e.nextTimer(); d != want {
+		e.t.Fatalf("loop waits %v, want %v", d, want)
+	}
+	e.poll("the loop to block on its timer", func() bool { return e.clock.Waiters() == 1 })
+}
+
+// stepNotYet steps the clock to just before the wait ends and asserts nothing happened.
+func (e *env) stepNotYet(d time.Duration) {
+	e.t.Helper()
+	e.clock.Step(d - time.Millisecond)
+	if w := e.clock.Waiters(); w != 1 || len(e.clock.timers) != 0 {
+		e.t.Fatalf("the loop woke before %v had passed (waiters %d, new timers %d)", d, w, len(e.clock.timers))
+	}
+}
+
+// stepWait steps through a wait of exactly d, checking it does not end early.
+func (e *env) stepWait(d time.Duration) {
+	e.t.Helper()
+	e.stepNotYet(d)
+	e.clock.Step(time.Millisecond)
+}
+
+func (e *env) requests() []cmapi.CertificateRequest {
+	e.t.Helper()
+	list, err := e.client.CertmanagerV1().CertificateRequests("ns").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return list.Items
+}
+
+// waitForRequest waits until the fake API holds n requests in namespace ns and returns the one
+// not finished, if any.
+func (e *env) waitForPending() *cmapi.CertificateRequest {
+	e.t.Helper()
+	var pending *cmapi.CertificateRequest
+	e.poll("a pending CertificateRequest", func() bool {
+		for _, r := range e.requests() {
+			if !testkit.IsFinished(&r) {
+				pending = r.DeepCopy()
+				return true
+			}
+		}
+		return false
+	})
+	return pending
+}
+
+// issuePending signs the pending request with the test CA, valid from the fake clock's now.
+func (e *env) issuePending() *cmapi.CertificateRequest {
+	e.t.Helper()
+	req := e.waitForPending()
+	issued, err := testkit.Issue(context.Background(), e.client, e.ca, req, e.clock.Now())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return issued
+}
+
+func (e *env) counter(name, volume string) float64 {
+	e.t.Helper()
+	families, err := e.registry.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if labelValue(m, "volume") == volume {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}

@@ -1,0 +1,462 @@
+package manager
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cert-manager/csi-lib/internal/api"
+	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+const (
+	issueErrors = "certmanager_csi_issue_errors_total"
+	gatePending = "certmanager_csi_issue_gate_pending_total"
+	issueCalls  = "certmanager_csi_issue_requests_total"
+)
+
+func TestBackoffSequenceByErrorClass(t *testing.T) {
+	e := newEnv(t, nil)
+	e.gateOpen.Store(false)
+	e.register("v1", true)
+	e.start() // resumes the mounted volume: due at once
+	wantErrors, wantPending := 0.0, 0.0
+
+	// Gate pending three times: 1 s, 2 s, 4 s.
+	for _, d := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		e.expectAttemptThenWait(d)
+		wantPending++
+		e.stepWait(d)
+	}
+	// An issuance error: the renewal backoff's first step.
+	e.gateOpen.Store(true)
+	e.failKeygen.Store(true)
+	e.expectAttemptThenWait(30 * time.Second)
+	wantErrors++
+	// Gate pending again: the error reset the gate backoff, so 1 s.
+	e.gateOpen.Store(false)
+	e.stepWait(30 * time.Second)
+	e.expectAttemptThenWait(time.Second)
+	wantPending++
+	// Errors: gate pending reset the renewal backoff, so 30 s, 60 s, ... up to the 5 min cap.
+	e.gateOpen.Store(true)
+	e.stepWait(time.Second)
+	for _, d := range []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute, 5 * time.Minute} {
+		e.expectAttemptThenWait(d)
+		wantErrors++
+		e.stepWait(d)
+	}
+	// Success resets both: the loop waits until the certificate is due (2/3 of 1 h).
+	e.failKeygen.Store(false)
+	if d := e.nextTimer(); d != issueTimeout {
+		t.Fatalf("expected an attempt, got a %v timer", d)
+	}
+	e.issuePending()
+	e.expectWait(40 * time.Minute)
+	// The next error starts the renewal backoff from its base again.
+	e.failKeygen.Store(true)
+	e.stepWait(40 * time.Minute)
+	e.expectAttemptThenWait(30 * time.Second)
+	wantErrors++
+
+	if got := e.counter(issueErrors, "v1"); got != wantErrors {
+		t.Errorf("issue_errors_total = %v, want %v (gate-pending attempts must not count)", got, wantErrors)
+	}
+	if got := e.counter(gatePending, "v1"); got != wantPending {
+		t.Errorf("issue_gate_pending_total = %v, want %v", got, wantPending)
+	}
+	if got := e.counter(issueCalls, "v1"); got != wantErrors+wantPending+1 {
+		t.Errorf("issue_requests_total = %v, want %v", got, wantErrors+wantPending+1)
+	}
+}
+
+func TestRequeueCutsGateWaitButNotErrorWait(t *testing.T) {
+	e := newEnv(t, nil)
+	e.gateOpen.Store(false)
+	e.register("v1", true)
+	m := e.start()
+	e.expectAttemptThenWait(time.Second)
+
+	// During a gate wait, Requeue attempts at once (no clock step) and RequeuePod does too.
+	m.Requeue("v1")
+	e.expectAttemptThenWait(2 * time.Second)
+	m.RequeuePod("uid-v1")
+	e.expectAttemptThenWait(4 * time.Second)
+
+	// During an error wait, Requeue does nothing: the wait runs its full 30 s. The failing
+	// attempt itself calls Requeue, so the Requeue is already pending when the wait begins: a
+	// wait that listened to it would return at once, and the loop would spin.
+	e.gateOpen.Store(true)
+	e.failKeygen.Store(true)
+	e.requeueOnError.Store(true)
+	m.Requeue("v1")
+	e.expectAttemptThenWait(30 * time.Second)
+	attemptsBefore := e.counter(issueCalls, "v1")
+	m.RequeuePod("uid-v1")
+	e.stepNotYet(30 * time.Second)
+	v := e.m.volumes["v1"]
+	if len(v.requeue) != 1 {
+		t.Fatal("the error wait consumed a Requeue")
+	}
+	if got := e.counter(issueCalls, "v1"); got != attemptsBefore {
+		t.Fatalf("Requeue caused an attempt during an error wait (%v attempts, want %v)", got, attemptsBefore)
+	}
+	e.requeueOnError.Store(false)
+	e.clock.Step(time.Millisecond)
+	e.expectAttemptThenWait(time.Minute)
+	// The attempt answered the pending Requeue: it does not cut the next wait either.
+	if len(v.requeue) != 0 {
+		t.Fatal("a Requeue that an attempt answered is still pending")
+	}
+}
+
+func TestUnmanageAndStopLeaveNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	e := newEnv(t, nil)
+	e.gateOpen.Store(false)
+	e.register("v1", true)
+	e.register("v2", true)
+	m := e.start()
+	e.poll("both loops to wait", func() bool { return e.clock.Waiters() == 2 && e.counter(gatePending, "v2") == 1 && e.counter(gatePending, "v1") == 1 })
+
+	m.UnmanageVolume("v1")
+	if w := e.clock.Waiters(); w != 1 {
+		t.Fatalf("after UnmanageVolume %d timers remain, want 1", w)
+	}
+	if m.IsVolumeReady("v1") || m.isManaged("v1") {
+		t.Fatal("v1 still managed")
+	}
+	if e.counter(gatePending, "v1") != 0 {
+		t.Fatal("per-volume series of an unmanaged volume were not deleted")
+	}
+	m.UnmanageVolume("unknown") // no-op
+	m.Stop()
+	m.Stop() // safe twice
+	if w := e.clock.Waiters(); w != 0 {
+		t.Fatalf("after Stop %d timers remain", w)
+	}
+	if m.ManageVolume("v2") {
+		t.Fatal("ManageVolume succeeded after Stop")
+	}
+	if _, err := m.ManageVolumeImmediate(context.Background(), "v2"); err == nil {
+		t.Fatal("ManageVolumeImmediate succeeded after Stop")
+	}
+	e.poll("goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+func TestRequestLabelsOwnerAndSpec(t *testing.T) {
+	e := newEnv(t, nil)
+	meta := e.register("v1", false)
+	m := e.start()
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
+	req := e.waitForPending()
+	if got := req.Labels[api.NodeIDHashLabelKey]; got != "f56fd9f8b" {
+		t.Errorf("node hash label = %q, want f56fd9f8b", got)
+	}
+	if got := req.Labels[api.VolumeIDHashLabelKey]; got != util.HashIdentifier("v1") {
+		t.Errorf("volume hash label = %q", got)
+	}
+	if len(req.OwnerReferences) != 1 {
+		t.Fatalf("owner references = %+v", req.OwnerReferences)
+	}
+	ref := req.OwnerReferences[0]
+	if ref.APIVersion != "v1" || ref.Kind != "Pod" || ref.Name != "pod-v1" || string(ref.UID) != "uid-v1" {
+		t.Errorf("owner reference = %+v", ref)
+	}
+	if req.Annotations["a"] != "b" || req.Spec.IssuerRef.Name != "issuer" || req.Spec.Duration.Duration != time.Hour ||
+		len(req.Spec.Usages) != 1 || req.Spec.IsCA || req.Namespace != "ns" {
+		t.Errorf("spec not taken from the bundle: %+v %+v", req.Annotations, req.Spec)
+	}
+	issued, err := testkit.Issue(context.Background(), e.client, e.ca, req, e.clock.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Default next issuance time: two thirds of the way from NotBefore to NotAfter.
+	stored, err := e.store.ReadMetadata("v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(issued.Status.Certificate)
+	cert, _ := x509.ParseCertificate(block.Bytes)
+	want := cert.NotBefore.Add(40 * time.Minute)
+	if stored.NextIssuanceTime == nil || !stored.NextIssuanceTime.Equal(want) {
+		t.Errorf("next issuance time = %v, want %v", stored.NextIssuanceTime, want)
+	}
+	if !m.IsVolumeReady("v1") {
+		t.Error("volume with a fresh certificate is not ready")
+	}
+	files, _ := e.store.ReadFiles("v1")
+	if _, err := testkit.VerifyKeyPair(files["tls.key"], files["tls.crt"], files["ca.crt"], e.clock.Now()); err != nil {
+		t.Errorf("written key pair does not verify: %v", err)
+	}
+	_ = meta
+}
+
+func TestStaleRequestsAreDeletedOldestFirst(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.MaxRequestsPerVolume = 2 })
+	e.register("v1", false)
+	for i, age := range []time.Duration{3 * time.Hour, 2 * time.Hour, time.Hour} {
+		req := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{
+			Name: []string{"oldest", "middle", "newest"}[i], Namespace: "ns",
+			CreationTimestamp: metav1.NewTime(start.Add(-age)),
+			Labels:            map[string]string{api.NodeIDHashLabelKey: "f56fd9f8b", api.VolumeIDHashLabelKey: util.HashIdentifier("v1")},
+		}}
+		req.Status.Conditions = []cmapi.CertificateRequestCondition{testkit.Failed("old")}
+		if _, err := e.client.CertmanagerV1().CertificateRequests("ns").Create(context.Background(), req, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := e.start()
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range e.requests() {
+		if r.Name == "oldest" || r.Name == "middle" || r.Name == "newest" {
+			names = append(names, r.Name)
+		}
+	}
+	if len(e.requests()) != 2 || len(names) != 1 || names[0] != "newest" {
+		t.Fatalf("kept %d requests, old ones %v; want the newest old one and the new one", len(e.requests()), names)
+	}
+}
+
+func TestPendingRequestResumedWhileKeyInMemory(t *testing.T) {
+	e := newEnv(t, nil)
+	e.register("v1", true)
+	e.start()
+	if d := e.nextTimer(); d != issueTimeout {
+		t.Fatalf("expected an attempt, got %v", d)
+	}
+	first := e.waitForPending()
+	// Nobody signs: the attempt times out after 60 s on the injected clock.
+	e.poll("the attempt to wait on its deadline", func() bool { return e.clock.Waiters() == 1 })
+	e.clock.Step(issueTimeout)
+	e.expectWait(30 * time.Second)
+	if got := e.counter(issueErrors, "v1"); got != 1 {
+		t.Fatalf("timed-out attempt counted %v errors, want 1", got)
+	}
+	e.stepWait(30 * time.Second)
+	if d := e.nextTimer(); d != issueTimeout {
+		t.Fatalf("expected a second attempt, got %v", d)
+	}
+	e.poll("the second attempt to wait", func() bool { return e.clock.Waiters() == 1 })
+	if reqs := e.requests(); len(reqs) != 1 || reqs[0].Name != first.Name {
+		t.Fatalf("the pending request was not resumed: %d requests", len(reqs))
+	}
+	issued := e.issuePending()
+	e.expectWait(40 * time.Minute)
+	// The key written is the one the request was made with.
+	e.mu.Lock()
+	key := e.written["v1"][0]
+	e.mu.Unlock()
+	block, _ := pem.Decode(issued.Status.Certificate)
+	cert, _ := x509.ParseCertificate(block.Bytes)
+	if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(cert.PublicKey) {
+		t.Fatal("written key does not match the resumed request")
+	}
+	e.m.mu.Lock()
+	left := len(e.m.pendingKeys)
+	e.m.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d pending keys kept after issuance", left)
+	}
+}
+
+func TestPendingRequestWithoutKeyIsReplaced(t *testing.T) {
+	e := newEnv(t, nil)
+	e.register("v1", false)
+	orphan := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{
+		Name: "orphan", Namespace: "ns", CreationTimestamp: metav1.NewTime(start),
+		Labels: map[string]string{api.NodeIDHashLabelKey: "f56fd9f8b", api.VolumeIDHashLabelKey: util.HashIdentifier("v1")},
+	}}
+	if _, err := e.client.CertmanagerV1().CertificateRequests("ns").Create(context.Background(), orphan, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m := e.start()
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
+	e.poll("the orphan to be replaced", func() bool {
+		reqs := e.requests()
+		return len(reqs) == 1 && reqs[0].Name != "orphan"
+	})
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeniedAndFailedEndTheAttempt(t *testing.T) {
+	for name, cond := range map[string]cmapi.CertificateRequestCondition{
+		"denied": testkit.Denied("policy says nope"),
+		"failed": testkit.Failed("policy says nope"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			e.register("v1", false)
+			m := e.start()
+			done := make(chan error, 1)
+			go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
+			req := e.waitForPending()
+			if _, err := testkit.SetConditions(context.Background(), e.client, req, cond); err != nil {
+				t.Fatal(err)
+			}
+			err := <-done
+			if err == nil || !strings.Contains(err.Error(), "policy says nope") || !strings.Contains(err.Error(), name) {
+				t.Fatalf("error = %v, want one naming %s with the request's message", err, name)
+			}
+			if errors.Is(err, ErrNotReadyToRequest) {
+				t.Fatal("a denied or failed request is not gate-pending")
+			}
+			if got := e.counter(issueErrors, "v1"); got != 1 {
+				t.Fatalf("issue_errors_total = %v, want 1", got)
+			}
+		})
+	}
+}
+
+func TestManageVolumeImmediateGateClosed(t *testing.T) {
+	e := newEnv(t, nil)
+	e.gateOpen.Store(false)
+	e.register("v1", false)
+	m := e.start()
+	managed, err := m.ManageVolumeImmediate(context.Background(), "v1")
+	if !managed || !errors.Is(err, ErrNotReadyToRequest) {
+		t.Fatalf("ManageVolumeImmediate = %v, %v; want true, ErrNotReadyToRequest", managed, err)
+	}
+	var nr *NotReadyToRequestError
+	if !errors.As(err, &nr) || nr.Reason != "pod has no IP yet" || !strings.Contains(err.Error(), "pod has no IP yet") {
+		t.Fatalf("reason lost: %v", err)
+	}
+	// The loop starts from that outcome: it waits the first gate step, without a second attempt.
+	e.expectAttemptThenWait(time.Second)
+	if e.gateCalls.Load() != 1 {
+		t.Fatalf("gate asked %d times, want 1", e.gateCalls.Load())
+	}
+	if ok, reason := m.IsVolumeReadyToRequest("v1"); ok || reason != "pod has no IP yet" {
+		t.Fatalf("IsVolumeReadyToRequest = %v, %q", ok, reason)
+	}
+}
+
+func TestOverlappingImmediateNeverSucceedsWithoutCertificate(t *testing.T) {
+	e := newEnv(t, nil)
+	e.gateOpen.Store(false)
+	e.register("v1", false)
+	m := e.start()
+	if !m.ManageVolume("v1") {
+		t.Fatal("ManageVolume failed")
+	}
+	e.expectAttemptThenWait(time.Second)
+	// A second caller while the loop waits on the gate: it must attempt, not report success.
+	e.gateOpen.Store(true)
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !m.IsVolumeReady("v1") {
+		t.Fatal("success reported without a certificate")
+	}
+	if n := len(e.requests()); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
+	}
+	// With a certificate, a further call succeeds at once without a new request.
+	if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.requests()); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
+	}
+}
+
+func TestStartupResumesOnlyMountedVolumes(t *testing.T) {
+	e := newEnv(t, nil)
+	e.gateOpen.Store(false)
+	e.register("mounted", true)
+	e.register("unmounted", false)
+	if err := e.store.SetRawMetadata("corrupt", []byte("{")); err != nil {
+		t.Fatal(err)
+	}
+	legacy := `{"volumeID":"legacy","targetPath":"/t","nextIssuanceTime":"2030-01-01T00:00:00Z"}`
+	if err := e.store.SetRawMetadata("legacy", []byte(legacy)); err != nil {
+		t.Fatal(err)
+	}
+	m := e.start()
+	for id, want := range map[string]bool{"mounted": true, "legacy": true, "unmounted": false, "corrupt": false} {
+		if got := m.isManaged(id); got != want {
+			t.Errorf("%s managed = %v, want %v", id, got, want)
+		}
+	}
+	// The legacy volume is not due until 2030: its loop waits without touching storage.
+	e.poll("loops to settle", func() bool { return e.clock.Waiters() == 2 })
+}
+
+func TestWriteKeypairWithoutNextIssuanceTimeDoesNotSpin(t *testing.T) {
+	e := newEnv(t, nil)
+	e.opts.WriteKeypair = func(metadata.Metadata, crypto.PrivateKey, []byte, []byte) error { return nil }
+	e.register("v1", true)
+	e.start()
+	if d := e.nextTimer(); d != issueTimeout {
+		t.Fatalf("expected an attempt, got %v", d)
+	}
+	e.issuePending()
+	e.expectWait(40 * time.Minute)
+}
+
+func TestOptionsDefaultsAndValidation(t *testing.T) {
+	e := newEnv(t, nil)
+	if _, err := NewManager(Options{}); err == nil || !strings.Contains(err.Error(), "Client") {
+		t.Fatalf("empty options: %v", err)
+	}
+	bad := e.opts
+	bad.MaxRequestsPerVolume = -1
+	if _, err := NewManager(bad); err == nil {
+		t.Fatal("negative MaxRequestsPerVolume accepted")
+	}
+	o := e.opts
+	o.RenewalBackoffConfig, o.GateBackoffConfig, o.ClientForMetadata, o.ReadyToRequest, o.Clock = nil, nil, nil, nil, nil
+	c, err := o.complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *c.RenewalBackoffConfig != DefaultRenewalBackoff() || *c.GateBackoffConfig != DefaultGateBackoff() {
+		t.Fatalf("backoff defaults: %+v %+v", c.RenewalBackoffConfig, c.GateBackoffConfig)
+	}
+	if g := DefaultGateBackoff(); g.Duration != time.Second || g.Cap != 10*time.Second || g.Factor != 2 || g.Jitter != 0.5 {
+		t.Fatalf("gate backoff default %+v", g)
+	}
+	if r := DefaultRenewalBackoff(); r.Duration != 30*time.Second || r.Cap != 5*time.Minute || r.Factor != 2 || r.Jitter != 0.5 {
+		t.Fatalf("renewal backoff default %+v", r)
+	}
+	if c.MaxRequestsPerVolume != 1 || c.Clock == nil || c.ReadyToRequest == nil {
+		t.Fatalf("defaults not filled: %+v", c)
+	}
+	if cl, _ := c.ClientForMetadata(metadata.Metadata{}); cl != e.client {
+		t.Fatal("default ClientForMetadata does not return Client")
+	}
+}
+
+func TestDefaultNextIssuanceTime(t *testing.T) {
+	if _, err := defaultNextIssuanceTime([]byte("not pem")); err == nil {
+		t.Fatal("garbage accepted")
+	}
+}

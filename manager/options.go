@@ -1,0 +1,169 @@
+package manager
+
+import (
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
+
+	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/metrics"
+	"github.com/cert-manager/csi-lib/storage"
+)
+
+// GeneratePrivateKeyFunc generates the private key for a volume's next certificate.
+type GeneratePrivateKeyFunc func(metadata.Metadata) (crypto.PrivateKey, error)
+
+// GenerateRequestFunc builds the certificate request for a volume.
+type GenerateRequestFunc func(metadata.Metadata) (*CertificateRequestBundle, error)
+
+// SignRequestFunc signs a certificate request with the private key and returns the PEM CSR.
+type SignRequestFunc func(meta metadata.Metadata, key crypto.PrivateKey, request *x509.CertificateRequest) (pem []byte, err error)
+
+// WriteKeypairFunc persists an issued key pair; it is expected to write the files and the
+// metadata (whose NextIssuanceTime the manager has set to its default and which the function may
+// change).
+type WriteKeypairFunc func(meta metadata.Metadata, key crypto.PrivateKey, chain []byte, ca []byte) error
+
+// ClientForMetadataFunc returns the cert-manager client to create a volume's requests with.
+type ClientForMetadataFunc func(metadata.Metadata) (cmclient.Interface, error)
+
+// ReadyToRequestFunc reports whether a volume may request a certificate now and, if not, why.
+type ReadyToRequestFunc func(metadata.Metadata) (bool, string)
+
+// AlwaysReadyToRequest is the default ReadyToRequestFunc: always ready.
+func AlwaysReadyToRequest(metadata.Metadata) (bool, string) { return true, "" }
+
+// CertificateRequestBundle is what GenerateRequest returns: the request and the fields of the
+// CertificateRequest that carries it.
+type CertificateRequestBundle struct {
+	// Request is the x509 certificate request to sign with the volume's key.
+	Request *x509.CertificateRequest
+	// Usages are the requested key usages.
+	Usages []cmapi.KeyUsage
+	// IsCA requests a CA certificate.
+	IsCA bool
+	// Namespace is where the CertificateRequest is created.
+	Namespace string
+	// IssuerRef names the issuer.
+	IssuerRef cmmeta.IssuerReference
+	// Duration is the requested certificate lifetime; zero leaves it to the issuer.
+	Duration time.Duration
+	// Annotations are copied onto the CertificateRequest.
+	Annotations map[string]string
+}
+
+// Options configures a Manager. Fields say their default; required fields have none.
+type Options struct {
+	// Client is the cert-manager client used to watch and delete CertificateRequests, and to
+	// create them unless ClientForMetadata is set. Required.
+	Client cmclient.Interface
+
+	// ClientForMetadata returns the client that creates a volume's CertificateRequests.
+	// Default: a function returning Client.
+	ClientForMetadata ClientForMetadataFunc
+
+	// MetadataReader reads volume metadata. Required.
+	MetadataReader storage.MetadataReader
+
+	// Clock drives every timer of the manager. Default: the real clock.
+	Clock clock.Clock
+
+	// Log is the logger. Required.
+	Log *logr.Logger
+
+	// MaxRequestsPerVolume is how many CertificateRequests are kept per volume; older ones are
+	// deleted. Default (zero): 1. Negative is an error.
+	MaxRequestsPerVolume int
+
+	// NodeID identifies this node; its hash labels every CertificateRequest. Required.
+	NodeID string
+
+	// GeneratePrivateKey, GenerateRequest, SignRequest and WriteKeypair implement issuance for
+	// the driver. Required.
+	GeneratePrivateKey GeneratePrivateKeyFunc
+	GenerateRequest    GenerateRequestFunc
+	SignRequest        SignRequestFunc
+	WriteKeypair       WriteKeypairFunc
+
+	// ReadyToRequest gates issuance. Default: AlwaysReadyToRequest.
+	ReadyToRequest ReadyToRequestFunc
+
+	// RenewalBackoffConfig is the backoff after a failed issuance attempt. Default: 30 s,
+	// factor 2, jitter 0.5, cap 5 min. Jitter only adds, so the longest wait is about 7.5 min.
+	RenewalBackoffConfig *wait.Backoff
+
+	// GateBackoffConfig is the backoff while ReadyToRequest says "not yet". Default: 1 s,
+	// factor 2, jitter 0.5, cap 10 s. Jitter only adds, so the longest wait is about 15 s.
+	GateBackoffConfig *wait.Backoff
+
+	// Metrics records issuance metrics. Default: none.
+	Metrics *metrics.Metrics
+}
+
+// DefaultRenewalBackoff is the default RenewalBackoffConfig.
+func DefaultRenewalBackoff() wait.Backoff {
+	return wait.Backoff{Duration: 30 * time.Second, Factor: 2, Jitter: 0.5, Cap: 5 * time.Minute, Steps: math.MaxInt32}
+}
+
+// DefaultGateBackoff is the default GateBackoffConfig.
+func DefaultGateBackoff() wait.Backoff {
+	return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Cap: 10 * time.Second, Steps: math.MaxInt32}
+}
+
+// complete checks o and returns a copy with every default filled in. The backoffs are copied, so
+// later changes by the caller do not reach the manager.
+func (o Options) complete() (Options, error) {
+	var missing []string
+	for name, isNil := range map[string]bool{
+		"Client": o.Client == nil, "MetadataReader": o.MetadataReader == nil, "Log": o.Log == nil,
+		"NodeID": o.NodeID == "", "GeneratePrivateKey": o.GeneratePrivateKey == nil,
+		"GenerateRequest": o.GenerateRequest == nil, "SignRequest": o.SignRequest == nil,
+		"WriteKeypair": o.WriteKeypair == nil,
+	} {
+		if isNil {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return o, fmt.Errorf("manager options: required fields not set: %v", missing)
+	}
+	if o.MaxRequestsPerVolume < 0 {
+		return o, errors.New("manager options: MaxRequestsPerVolume must not be negative")
+	}
+	if o.MaxRequestsPerVolume == 0 {
+		o.MaxRequestsPerVolume = 1
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.ClientForMetadata == nil {
+		client := o.Client
+		o.ClientForMetadata = func(metadata.Metadata) (cmclient.Interface, error) { return client, nil }
+	}
+	if o.ReadyToRequest == nil {
+		o.ReadyToRequest = AlwaysReadyToRequest
+	}
+	o.RenewalBackoffConfig = copyBackoff(o.RenewalBackoffConfig, DefaultRenewalBackoff())
+	o.GateBackoffConfig = copyBackoff(o.GateBackoffConfig, DefaultGateBackoff())
+	return o, nil
+}
+
+func copyBackoff(b *wait.Backoff, def wait.Backoff) *wait.Backoff {
+	if b == nil {
+		return &def
+	}
+	c := *b
+	return &c
+}

@@ -1,0 +1,61 @@
+// Package util builds cert-manager clients that act as the pod a volume belongs to, using the
+// service-account token kubelet passes in the volume context (CSIDriver.spec.tokenRequests).
+package util
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	"k8s.io/client-go/rest"
+
+	"github.com/cert-manager/csi-lib/manager"
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+var (
+	// ErrNoTokens: the volume context has no service-account tokens.
+	ErrNoTokens = errors.New("no service-account tokens in the volume context (set tokenRequests with an empty audience on the CSIDriver)")
+	// ErrMalformedTokens: the tokens value is not the JSON kubelet writes.
+	ErrMalformedTokens = errors.New("malformed service-account tokens in the volume context")
+	// ErrNoEmptyAudienceToken: there is no token for the empty audience.
+	ErrNoEmptyAudienceToken = errors.New("no service-account token for the empty audience in the volume context")
+)
+
+// ClientForMetadataTokenRequestEmptyAud returns a ClientForMetadataFunc that builds a
+// cert-manager client from restConfig's server and TLS settings, authenticated only with the
+// pod's empty-audience service-account token.
+func ClientForMetadataTokenRequestEmptyAud(restConfig *rest.Config) manager.ClientForMetadataFunc {
+	return func(meta metadata.Metadata) (cmclient.Interface, error) {
+		token, err := EmptyAudienceTokenFromMetadata(meta)
+		if err != nil {
+			return nil, err
+		}
+		cfg := rest.AnonymousClientConfig(restConfig)
+		cfg.BearerToken = token
+		return cmclient.NewForConfig(cfg)
+	}
+}
+
+// EmptyAudienceTokenFromMetadata returns the empty-audience token from the volume context, a
+// JSON object keyed by audience whose values are {"token": "...", ...}. Errors never contain
+// the token or the JSON.
+func EmptyAudienceTokenFromMetadata(meta metadata.Metadata) (string, error) {
+	raw, ok := meta.VolumeContext[metadata.SATokenVolumeContextKey]
+	if !ok || raw == "" {
+		return "", ErrNoTokens
+	}
+	var tokens map[string]struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(raw), &tokens); err != nil {
+		// The decoder's message may quote part of the input: do not wrap it.
+		return "", fmt.Errorf("%w: not a JSON object of {\"token\": ...} values", ErrMalformedTokens)
+	}
+	t, ok := tokens[""]
+	if !ok || t.Token == "" {
+		return "", ErrNoEmptyAudienceToken
+	}
+	return t.Token, nil
+}
