@@ -61,8 +61,8 @@ type env struct {
 	// requeueOnError makes a failing attempt call Requeue before it returns, so the Requeue is
 	// pending when the loop enters its error wait.
 	requeueOnError atomic.Bool
-	mu         sync.Mutex
-	written    map[string][]crypto.PrivateKey
+	mu             sync.Mutex
+	written        map[string][]crypto.PrivateKey
 }
 
 var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

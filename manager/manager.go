@@ -409,4 +409,3 @@ func indexByVolumeHash(obj any) ([]string, error) {
 	}
 	return nil, nil
 }
-

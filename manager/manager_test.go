@@ -128,7 +128,9 @@ func TestUnmanageAndStopLeaveNoGoroutines(t *testing.T) {
 	e.register("v1", true)
 	e.register("v2", true)
 	m := e.start()
-	e.poll("both loops to wait", func() bool { return e.clock.Waiters() == 2 && e.counter(gatePending, "v2") == 1 && e.counter(gatePending, "v1") == 1 })
+	e.poll("both loops to wait", func() bool {
+		return e.clock.Waiters() == 2 && e.counter(gatePending, "v2") == 1 && e.counter(gatePending, "v1") == 1
+	})
 
 	m.UnmanageVolume("v1")
 	if w := e.clock.Waiters(); w != 1 {

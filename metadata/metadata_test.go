@@ -122,7 +122,7 @@ func TestMarshalLogRedactsToken(t *testing.T) {
 	var out strings.Builder
 	log := funcr.NewJSON(func(obj string) { out.WriteString(obj) }, funcr.Options{})
 	m := Metadata{VolumeID: "v", VolumeContext: map[string]string{
-		SATokenVolumeContextKey: `{"":{"token":"` + secret + `"}}`,
+		SATokenVolumeContextKey:       `{"":{"token":"` + secret + `"}}`,
 		"csi.storage.k8s.io/pod.name": "pod-a",
 	}}
 	log.Info("publishing", "metadata", m)

@@ -232,4 +232,3 @@ func (m *MemoryFS) Sweep(log logr.Logger) SweepResult {
 		return ok
 	})
 }
-
