@@ -162,24 +162,11 @@ func (e *env) start() *Manager {
 // its initial list and its watch (a property of fake clientsets).
 func (e *env) waitInformerLive() {
 	e.t.Helper()
-	sentinel := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{
-		Name: "sentinel", Namespace: "sentinel",
-		Labels: map[string]string{"csi.cert-manager.io/node-id-hash": "f56fd9f8b"},
-	}}
-	if _, err := e.client.CertmanagerV1().CertificateRequests("sentinel").Create(context.Background(), sentinel, metav1.CreateOptions{}); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+	defer cancel()
+	if err := testkit.WaitInformerLive(ctx, e.client, e.m.lister, e.opts.NodeID); err != nil {
 		e.t.Fatal(err)
 	}
-	e.poll("informer to see the sentinel", func() bool {
-		_, err := e.m.lister.CertificateRequests("sentinel").Get("sentinel")
-		return err == nil
-	})
-	if err := e.client.CertmanagerV1().CertificateRequests("sentinel").Delete(context.Background(), "sentinel", metav1.DeleteOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	e.poll("informer to see the sentinel deleted", func() bool {
-		_, err := e.m.lister.CertificateRequests("sentinel").Get("sentinel")
-		return err != nil
-	})
 }
 
 // poll waits, with a bound, for cond; it is used only for events that happen on other

@@ -1,0 +1,114 @@
+package driver
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+
+	"github.com/go-logr/logr"
+	"k8s.io/mount-utils"
+
+	"github.com/cert-manager/csi-lib/manager"
+	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/storage"
+)
+
+// GeneratePrivateKeyFunc is kept for compatibility with older drivers.
+type GeneratePrivateKeyFunc func(meta metadata.Metadata) (crypto.PrivateKey, error)
+
+// GenerateRequestFunc is kept for compatibility with older drivers.
+type GenerateRequestFunc func(meta metadata.Metadata) (*x509.CertificateRequest, error)
+
+// SignRequestFunc is kept for compatibility with older drivers.
+type SignRequestFunc func(meta metadata.Metadata, request *x509.CertificateRequest) (csr []byte, err error)
+
+// Options configures a Driver.
+type Options struct {
+	// DriverName and DriverVersion are reported by the identity service.
+	DriverName    string
+	DriverVersion string
+	// NodeID is reported by NodeGetInfo.
+	NodeID string
+	// Store holds the volumes. Required.
+	Store storage.Interface
+	// Manager issues and renews certificates. Required.
+	Manager *manager.Manager
+	// Mounter bind-mounts volumes. Default (nil): the operating system's mounter.
+	Mounter mount.Interface
+	// ContinueOnNotReady lets NodePublishVolume succeed for a volume that is not yet ready to
+	// request a certificate; the background loop obtains it later. Default false: such a publish
+	// fails with codes.Unknown and is retried by kubelet.
+	ContinueOnNotReady bool
+}
+
+// Driver is a CSI node plugin serving on one listener.
+type Driver struct {
+	server *GRPCServer
+}
+
+// New listens on endpoint ("unix:///path/to/csi.sock" or "tcp://host:port"; a stale unix socket
+// file is replaced) and returns a driver ready to Run.
+func New(ctx context.Context, endpoint string, log logr.Logger, opts Options) (*Driver, error) {
+	if opts.Store == nil || opts.Manager == nil {
+		return nil, errors.New("driver options: Store and Manager are required")
+	}
+	lis, err := listen(ctx, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithListener(lis, log, opts), nil
+}
+
+// NewWithListener returns a driver that serves on lis. opts.Store and opts.Manager are required.
+func NewWithListener(lis net.Listener, log logr.Logger, opts Options) *Driver {
+	if opts.Mounter == nil {
+		opts.Mounter = mount.New("")
+	}
+	ns := newNodeServer(log, opts)
+	return &Driver{
+		server: NewGRPCServerWithListener(lis, log, NewIdentityServer(opts.DriverName, opts.DriverVersion), &controllerServer{}, ns),
+	}
+}
+
+// Run serves until Stop; it returns nil after Stop.
+func (d *Driver) Run() error { return d.server.Run() }
+
+// Stop stops serving, letting calls in flight finish.
+func (d *Driver) Stop() { d.server.Stop() }
+
+// listen opens the listener for a CSI endpoint.
+func listen(ctx context.Context, endpoint string) (net.Listener, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("parsing endpoint %q: %w", endpoint, err)
+	}
+	var lc net.ListenConfig
+	switch u.Scheme {
+	case "unix":
+		path := u.Path
+		if u.Host != "" { // unix://relative/path
+			path = u.Host + u.Path
+		}
+		if path == "" {
+			return nil, fmt.Errorf("endpoint %q has no socket path", endpoint)
+		}
+		if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+			if err := os.Remove(path); err != nil {
+				return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
+			}
+		}
+		return lc.Listen(ctx, "unix", path)
+	case "tcp":
+		if u.Host == "" {
+			return nil, fmt.Errorf("endpoint %q has no address", endpoint)
+		}
+		return lc.Listen(ctx, "tcp", u.Host)
+	default:
+		return nil, fmt.Errorf("endpoint %q: scheme must be unix or tcp", endpoint)
+	}
+}

@@ -1,0 +1,603 @@
+package driver_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr/funcr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/mount-utils"
+	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/manager"
+	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/storage"
+	testdriver "github.com/cert-manager/csi-lib/test/driver"
+	testutil "github.com/cert-manager/csi-lib/test/util"
+)
+
+const (
+	namespace   = "certificaterequest-namespace"
+	pollTimeout = 20 * time.Second
+)
+
+// realIssuance fills opts with functions that generate real keys and CSRs and write the key
+// pair into the store, like a real driver.
+func realIssuance(opts *testdriver.Options, store storage.Interface) {
+	opts.Store = store
+	opts.GeneratePrivateKey = func(metadata.Metadata) (crypto.PrivateKey, error) { return testkit.NewKey() }
+	opts.GenerateRequest = func(meta metadata.Metadata) (*manager.CertificateRequestBundle, error) {
+		return &manager.CertificateRequestBundle{
+			Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeID}},
+			Namespace: namespace,
+			IssuerRef: cmmeta.IssuerReference{Name: "ca", Kind: "Issuer", Group: "cert-manager.io"},
+			Duration:  time.Hour,
+		}, nil
+	}
+	opts.SignRequest = func(_ metadata.Metadata, key crypto.PrivateKey, req *x509.CertificateRequest) ([]byte, error) {
+		return testkit.CSR(req, key)
+	}
+	opts.WriteKeypair = func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
+		keyPEM, err := testkit.KeyPEM(key)
+		if err != nil {
+			return err
+		}
+		if err := store.WriteFiles(meta, map[string][]byte{"tls.key": keyPEM, "tls.crt": chain, "ca.crt": ca}); err != nil {
+			return err
+		}
+		return store.WriteMetadata(meta.VolumeID, meta)
+	}
+}
+
+func publishRequest(t *testing.T, id string) *csi.NodePublishVolumeRequest {
+	return &csi.NodePublishVolumeRequest{
+		VolumeId:   id,
+		TargetPath: t.TempDir() + "/target",
+		Readonly:   true,
+		VolumeCapability: &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY},
+		},
+		VolumeContext: map[string]string{
+			"csi.storage.k8s.io/ephemeral":     "true",
+			"csi.storage.k8s.io/pod.name":      "pod-" + id,
+			"csi.storage.k8s.io/pod.namespace": namespace,
+			"csi.storage.k8s.io/pod.uid":       "uid-" + id,
+		},
+	}
+}
+
+// signer signs pending requests in the background with a real CA until stopped.
+type signer struct {
+	ca     *testkit.CA
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startSigner(t *testing.T, opts testdriver.Options, ca *testkit.CA) *signer {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &signer{ca: ca, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		reqs := opts.Client.CertmanagerV1().CertificateRequests(namespace)
+		for ctx.Err() == nil {
+			w, err := reqs.Watch(ctx, metav1.ListOptions{})
+			if err != nil {
+				return
+			}
+			issueAll := func() {
+				list, err := reqs.List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return
+				}
+				for i := range list.Items {
+					if !testkit.IsFinished(&list.Items[i]) {
+						_, _ = testkit.Issue(ctx, opts.Client, ca, &list.Items[i], opts.Clock.Now())
+					}
+				}
+			}
+			issueAll()
+			for open := true; open && ctx.Err() == nil; {
+				select {
+				case <-ctx.Done():
+				case _, open = <-w.ResultChan():
+					issueAll()
+				}
+			}
+			w.Stop()
+		}
+	}()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *signer) stop() { s.cancel(); <-s.done }
+
+func newCA(t *testing.T) *testkit.CA {
+	ca, err := testkit.NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func countRequests(t *testing.T, opts testdriver.Options) int {
+	t.Helper()
+	list, err := opts.Client.CertmanagerV1().CertificateRequests(namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+func mountPoints(t *testing.T, opts testdriver.Options) []mount.MountPoint {
+	mps, err := opts.Mounter.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mps
+}
+
+func ctxWithTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestPublishIssuesMountsAndMarksMounted(t *testing.T) {
+	store := storage.NewMemoryFS()
+	var o testdriver.Options
+	realIssuance(&o, store)
+	opts, cl, _ := testdriver.Run(t, o)
+	startSigner(t, opts, newCA(t))
+
+	req := publishRequest(t, "vol-1")
+	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req); err != nil {
+		t.Fatal(err)
+	}
+	files, err := store.ReadFiles("vol-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testkit.VerifyKeyPair(files["tls.key"], files["tls.crt"], files["ca.crt"], time.Now()); err != nil {
+		t.Fatalf("published files are not a valid key pair: %v", err)
+	}
+	meta, err := store.ReadMetadata("vol-1")
+	if err != nil || !meta.Mounted || meta.NextIssuanceTime == nil {
+		t.Fatalf("metadata after publish: %+v, %v", meta, err)
+	}
+	mps := mountPoints(t, opts)
+	if len(mps) != 1 || mps[0].Path != req.TargetPath || mps[0].Device != store.PathForVolume("vol-1") {
+		t.Fatalf("mounts = %+v", mps)
+	}
+	// Publishing again is an idempotent success with no new request and no second mount.
+	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRequests(t, opts); n != 1 {
+		t.Fatalf("%d CertificateRequests after a second publish, want 1", n)
+	}
+	if n := len(mountPoints(t, opts)); n != 1 {
+		t.Fatalf("%d mounts after a second publish, want 1", n)
+	}
+}
+
+func TestPublishWithTestUtilHelpers(t *testing.T) {
+	ca := newCA(t)
+	key, _ := testkit.NewKey()
+	csr, _ := testkit.CSR(&x509.CertificateRequest{Subject: pkix.Name{CommonName: "example"}}, key)
+	cert, err := ca.Sign(csr, time.Now().Add(-time.Minute), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, cl, _ := testdriver.Run(t, testdriver.Options{GenerateRequest: func(metadata.Metadata) (*manager.CertificateRequestBundle, error) {
+		return &manager.CertificateRequestBundle{Namespace: namespace}, nil
+	}})
+	ctx := ctxWithTimeout(t, pollTimeout)
+	go testutil.IssueOneRequest(ctx, t, opts.Client, namespace, cert, ca.CertPEM)
+	if _, err := cl.NodePublishVolume(ctx, publishRequest(t, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	req, err := testutil.WaitAndGetOneCertificateRequestInNamespace(ctx, opts.Client, namespace)
+	if err != nil || string(req.Status.Certificate) != string(cert) {
+		t.Fatalf("issued request: %v", err)
+	}
+}
+
+func TestNotReadyToRequest(t *testing.T) {
+	gate := func(open *atomic.Bool) manager.ReadyToRequestFunc {
+		return func(metadata.Metadata) (bool, string) {
+			if open.Load() {
+				return true, ""
+			}
+			return false, "pod has no IP"
+		}
+	}
+	t.Run("ContinueOnNotReady off fails with upstream's message and leaves nothing", func(t *testing.T) {
+		var open atomic.Bool
+		store := storage.NewMemoryFS()
+		o := testdriver.Options{ReadyToRequest: gate(&open)}
+		realIssuance(&o, store)
+		opts, cl, _ := testdriver.Run(t, o)
+		_, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), publishRequest(t, "vol-1"))
+		if status.Code(err) != codes.Unknown || status.Convert(err).Message() != "volume is not yet ready to be setup, will be retried: pod has no IP" {
+			t.Fatalf("error = %v", err)
+		}
+		if ids, _ := store.ListVolumes(); len(ids) != 0 {
+			t.Fatalf("volumes left: %v", ids)
+		}
+		if n := countRequests(t, opts); n != 0 || len(mountPoints(t, opts)) != 0 {
+			t.Fatalf("%d requests and %v mounts left", n, mountPoints(t, opts))
+		}
+	})
+	t.Run("ContinueOnNotReady on succeeds at once; the loop issues later", func(t *testing.T) {
+		var open atomic.Bool
+		store := storage.NewMemoryFS()
+		o := testdriver.Options{ReadyToRequest: gate(&open), ContinueOnNotReady: true,
+			GateBackoffConfig: &wait.Backoff{Duration: 5 * time.Millisecond, Factor: 1, Steps: 1 << 30}}
+		realIssuance(&o, store)
+		opts, cl, _ := testdriver.Run(t, o)
+		startSigner(t, opts, newCA(t))
+		if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), publishRequest(t, "vol-1")); err != nil {
+			t.Fatal(err)
+		}
+		meta, _ := store.ReadMetadata("vol-1")
+		if !meta.Mounted || meta.NextIssuanceTime != nil {
+			t.Fatalf("after publish: %+v", meta)
+		}
+		if n := countRequests(t, opts); n != 0 {
+			t.Fatalf("a request was created while the gate was closed")
+		}
+		open.Store(true)
+		poll(t, "the loop to issue the certificate", func() bool {
+			files, _ := store.ReadFiles("vol-1")
+			return len(files["tls.crt"]) > 0
+		})
+	})
+}
+
+func TestBadInputIsInvalidArgumentAndWritesNothing(t *testing.T) {
+	store := storage.NewMemoryFS()
+	var o testdriver.Options
+	realIssuance(&o, store)
+	opts, cl, _ := testdriver.Run(t, o)
+	tests := []struct {
+		name   string
+		mutate func(*csi.NodePublishVolumeRequest)
+	}{
+		{"empty volume ID", func(r *csi.NodePublishVolumeRequest) { r.VolumeId = "" }},
+		{"volume ID ..", func(r *csi.NodePublishVolumeRequest) { r.VolumeId = ".." }},
+		{"volume ID escaping", func(r *csi.NodePublishVolumeRequest) { r.VolumeId = "../../etc" }},
+		{"volume ID with slash", func(r *csi.NodePublishVolumeRequest) { r.VolumeId = "a/b" }},
+		{"volume ID too long", func(r *csi.NodePublishVolumeRequest) { r.VolumeId = strings.Repeat("x", 256) }},
+		{"no target path", func(r *csi.NodePublishVolumeRequest) { r.TargetPath = "" }},
+		{"not ephemeral", func(r *csi.NodePublishVolumeRequest) { delete(r.VolumeContext, "csi.storage.k8s.io/ephemeral") }},
+		{"writable", func(r *csi.NodePublishVolumeRequest) { r.Readonly = false }},
+		{"block", func(r *csi.NodePublishVolumeRequest) {
+			r.VolumeCapability.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+		}},
+		{"unparsable fsGroup", func(r *csi.NodePublishVolumeRequest) {
+			r.VolumeCapability.GetMount().VolumeMountGroup = "wheel"
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := publishRequest(t, "vol-1")
+			tc.mutate(req)
+			_, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("code = %v (%v), want InvalidArgument", status.Code(err), err)
+			}
+		})
+	}
+	for _, bad := range []*csi.NodeUnpublishVolumeRequest{{VolumeId: "../x", TargetPath: "/t"}, {VolumeId: "ok", TargetPath: ""}} {
+		if _, err := cl.NodeUnpublishVolume(ctxWithTimeout(t, pollTimeout), bad); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("unpublish %+v: %v, want InvalidArgument", bad, err)
+		}
+	}
+	if ids, _ := store.ListVolumes(); len(ids) != 0 {
+		t.Fatalf("bad input wrote volumes: %v", ids)
+	}
+	if n := countRequests(t, opts); n != 0 || len(mountPoints(t, opts)) != 0 {
+		t.Fatal("bad input created requests or mounts")
+	}
+}
+
+func TestConcurrentPublishesOfOneVolume(t *testing.T) {
+	store := storage.NewMemoryFS()
+	var o testdriver.Options
+	realIssuance(&o, store)
+	opts, cl, _ := testdriver.Run(t, o)
+	req := publishRequest(t, "vol-1")
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req)
+			if err == nil {
+				// Never a success without a certificate.
+				if meta, _ := store.ReadMetadata("vol-1"); meta.NextIssuanceTime == nil || !meta.Mounted {
+					err = errors.New("publish succeeded without a certificate or mount")
+				}
+			}
+			errs <- err
+		}()
+	}
+	poll(t, "a request", func() bool { return countRequests(t, opts) > 0 })
+	startSigner(t, opts, newCA(t))
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countRequests(t, opts); n != 1 {
+		t.Fatalf("%d requests for one volume, want 1", n)
+	}
+	if n := len(mountPoints(t, opts)); n != 1 {
+		t.Fatalf("%d mounts, want 1", n)
+	}
+}
+
+// TestTimedOutPublishThenRetry is the race upstream loses: the first call's deadline passes and
+// its clean-up runs while kubelet's retry arrives. The retry must wait for the clean-up and
+// then see a clean slate.
+func TestTimedOutPublishThenRetry(t *testing.T) {
+	store := storage.NewMemoryFS()
+	var o testdriver.Options
+	realIssuance(&o, store)
+	opts, cl, _ := testdriver.Run(t, o)
+	req := publishRequest(t, "vol-1")
+	_, err := cl.NodePublishVolume(ctxWithTimeout(t, 300*time.Millisecond), req)
+	if code := status.Code(err); code != codes.DeadlineExceeded {
+		t.Fatalf("first publish: %v, want DeadlineExceeded", err)
+	}
+	startSigner(t, opts, newCA(t))
+	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	meta, err := store.ReadMetadata("vol-1")
+	if err != nil || !meta.Mounted || meta.NextIssuanceTime == nil {
+		t.Fatalf("after retry: %+v, %v", meta, err)
+	}
+	files, _ := store.ReadFiles("vol-1")
+	if _, err := testkit.VerifyKeyPair(files["tls.key"], files["tls.crt"], files["ca.crt"], time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnpublish(t *testing.T) {
+	store := storage.NewMemoryFS()
+	var o testdriver.Options
+	realIssuance(&o, store)
+	opts, cl, _ := testdriver.Run(t, o)
+	startSigner(t, opts, newCA(t))
+	ctx := ctxWithTimeout(t, pollTimeout)
+	if _, err := cl.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "unknown", TargetPath: t.TempDir() + "/nope"}); err != nil {
+		t.Fatalf("unpublishing an unknown volume: %v", err)
+	}
+	req := publishRequest(t, "vol-1")
+	if _, err := cl.NodePublishVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := cl.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: req.TargetPath}); err != nil {
+			t.Fatalf("unpublish %d: %v", i, err)
+		}
+	}
+	if _, err := store.ReadMetadata("vol-1"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("volume still stored: %v", err)
+	}
+	if n := len(mountPoints(t, opts)); n != 0 {
+		t.Fatalf("%d mounts left", n)
+	}
+}
+
+func TestNodeInfoAndCapabilities(t *testing.T) {
+	_, cl, _ := testdriver.Run(t, testdriver.Options{NodeID: "node-a"})
+	info, err := cl.NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
+	if err != nil || info.NodeId != "node-a" {
+		t.Fatalf("NodeGetInfo = %v, %v", info, err)
+	}
+	caps, err := cl.NodeGetCapabilities(context.Background(), &csi.NodeGetCapabilitiesRequest{})
+	if err != nil || len(caps.Capabilities) != 1 || caps.Capabilities[0].GetRpc().GetType() != csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP {
+		t.Fatalf("NodeGetCapabilities = %v, %v", caps, err)
+	}
+}
+
+func TestRequestLogsRedactToken(t *testing.T) {
+	const secret = "super-secret-service-account-token"
+	var mu sync.Mutex
+	var logs strings.Builder
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		logs.WriteString(prefix + " " + args + "\n")
+		mu.Unlock()
+	}, funcr.Options{Verbosity: 10})
+	store := storage.NewMemoryFS()
+	o := testdriver.Options{Log: &log}
+	realIssuance(&o, store)
+	opts, cl, stop := testdriver.Run(t, o)
+	startSigner(t, opts, newCA(t))
+	req := publishRequest(t, "vol-1")
+	req.VolumeContext[metadata.SATokenVolumeContextKey] = `{"":{"token":"` + secret + `"}}`
+	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), secret) {
+		t.Fatal("the service-account token reached the log")
+	}
+	if !strings.Contains(logs.String(), "NodePublishVolume") || !strings.Contains(logs.String(), metadata.Redacted) {
+		t.Fatal("the call was not logged with the token redacted")
+	}
+}
+
+// crashableStore wraps a store; after crash() it silently drops every write and removal, so
+// the state is what a killed process would have left.
+type crashableStore struct {
+	*storage.MemoryFS
+	crashed atomic.Bool
+}
+
+func (c *crashableStore) crash() { c.crashed.Store(true) }
+func (c *crashableStore) WriteMetadata(id string, m metadata.Metadata) error {
+	if c.crashed.Load() {
+		return nil
+	}
+	return c.MemoryFS.WriteMetadata(id, m)
+}
+func (c *crashableStore) RegisterMetadata(m metadata.Metadata) (bool, error) {
+	if c.crashed.Load() {
+		return false, nil
+	}
+	return c.MemoryFS.RegisterMetadata(m)
+}
+func (c *crashableStore) WriteFiles(m metadata.Metadata, f map[string][]byte) error {
+	if c.crashed.Load() {
+		return nil
+	}
+	return c.MemoryFS.WriteFiles(m, f)
+}
+func (c *crashableStore) RemoveVolume(id string) error {
+	if c.crashed.Load() {
+		return nil
+	}
+	return c.MemoryFS.RemoveVolume(id)
+}
+
+func TestRestartDuringFirstIssuanceSweepsTheVolume(t *testing.T) {
+	mem := storage.NewMemoryFS()
+	crashable := &crashableStore{MemoryFS: mem}
+	client := fake.NewClientset()
+	o := testdriver.Options{Client: client}
+	realIssuance(&o, crashable)
+	opts, cl, stop := testdriver.Run(t, o)
+	publishDone := make(chan error, 1)
+	go func() {
+		_, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), publishRequest(t, "vol-1"))
+		publishDone <- err
+	}()
+	poll(t, "the first request", func() bool { return countRequests(t, opts) == 1 })
+	crashable.crash() // the process dies here; the pod is deleted while it is down
+	stop()
+	<-publishDone
+	if meta, err := mem.ReadMetadata("vol-1"); err != nil || meta.Mounted {
+		t.Fatalf("crash state: %+v, %v", meta, err)
+	}
+
+	// Restart on the same store.
+	var o2 testdriver.Options
+	realIssuance(&o2, mem)
+	o2.Client = client
+	opts2, cl2, _ := testdriver.Run(t, o2)
+	if _, err := mem.ReadMetadata("vol-1"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("never-published volume survived the restart: %v", err)
+	}
+	// A publish of another volume runs to completion; had vol-1 been resumed, its loop (due at
+	// once, zero backoff) would have created a request by then.
+	startSigner(t, opts2, newCA(t))
+	if _, err := cl2.NodePublishVolume(ctxWithTimeout(t, pollTimeout), publishRequest(t, "vol-2")); err != nil {
+		t.Fatal(err)
+	}
+	list, err := opts2.Client.CertmanagerV1().CertificateRequests(namespace).List(context.Background(), metav1.ListOptions{
+		LabelSelector: "csi.cert-manager.io/volume-id-hash=" + util.HashIdentifier("vol-1"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("%d requests for vol-1 after restart, want only the one from before the crash", len(list.Items))
+	}
+}
+
+func TestRestartResumesAndRenewsMountedVolume(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now())
+	mem := storage.NewMemoryFS()
+	client := fake.NewClientset()
+	ca := newCA(t)
+	o := testdriver.Options{Client: client, Clock: clk}
+	realIssuance(&o, mem)
+	opts, cl, stop := testdriver.Run(t, o)
+	s := startSigner(t, opts, ca)
+	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), publishRequest(t, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := mem.ReadMetadata("vol-1")
+	stop()
+	s.stop()
+
+	var o2 testdriver.Options
+	realIssuance(&o2, mem)
+	o2.Client, o2.Clock = client, clk
+	opts2, _, _ := testdriver.Run(t, o2)
+	startSigner(t, opts2, ca)
+	poll(t, "the resumed loop to wait for the due time", func() bool { return clk.HasWaiters() })
+	clk.SetTime(first.NextIssuanceTime.Add(time.Second))
+	poll(t, "the renewal", func() bool {
+		meta, _ := mem.ReadMetadata("vol-1")
+		return meta.NextIssuanceTime != nil && meta.NextIssuanceTime.After(*first.NextIssuanceTime)
+	})
+	if meta, _ := mem.ReadMetadata("vol-1"); !meta.Mounted {
+		t.Fatal("renewal cleared mounted")
+	}
+}
+
+func TestRestartWithUpstreamMetadata(t *testing.T) {
+	mem := storage.NewMemoryFS()
+	issued := `{"volumeID":"legacy-issued","targetPath":"/t1","nextIssuanceTime":"2020-01-01T00:00:00Z","volumeContext":{"csi.storage.k8s.io/pod.name":"p1","csi.storage.k8s.io/pod.namespace":"certificaterequest-namespace","csi.storage.k8s.io/pod.uid":"u1","csi.storage.k8s.io/ephemeral":"true"}}`
+	unissued := `{"volumeID":"legacy-unissued","targetPath":"/t2","volumeContext":{"csi.storage.k8s.io/pod.name":"p2"}}`
+	for id, raw := range map[string]string{"legacy-issued": issued, "legacy-unissued": unissued} {
+		if err := mem.SetRawMetadata(id, []byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var o testdriver.Options
+	realIssuance(&o, mem)
+	opts, _, _ := testdriver.Run(t, o)
+	startSigner(t, opts, newCA(t))
+	if _, err := mem.ReadMetadata("legacy-unissued"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("upstream volume without nextIssuanceTime was not swept: %v", err)
+	}
+	// The issued one is resumed: it is overdue, so it is renewed at once.
+	poll(t, "the resumed legacy volume to renew", func() bool {
+		meta, _ := mem.ReadMetadata("legacy-issued")
+		return meta.NextIssuanceTime != nil && meta.NextIssuanceTime.After(time.Now())
+	})
+	meta, _ := mem.ReadMetadata("legacy-issued")
+	if !meta.Mounted {
+		t.Fatal("resumed legacy volume not mounted")
+	}
+}
