@@ -1,12 +1,15 @@
 # The two set-up commands are `make demo` and `make test`; see README.md.
+SHELL := /bin/bash
 GO ?= go
 ENVTEST_K8S_VERSION ?= 1.36.3
 export GOTOOLCHAIN = local
 
-.PHONY: test vet fmt-check unit bench demo
+ENVTEST_ASSETS = $(CURDIR)/bin/envtest/$(ENVTEST_K8S_VERSION)
+
+.PHONY: test vet fmt-check unit stress envtest integration bench demo demo-short
 
 ## test: everything the project checks (what CI runs).
-test: vet fmt-check unit
+test: vet fmt-check unit stress integration demo-short
 
 vet:
 	$(GO) vet ./...
@@ -18,6 +21,19 @@ fmt-check:
 ## unit: unit tests with the race detector.
 unit:
 	$(GO) test -race -count=1 ./...
+
+## stress: the driver harness tests 20 times in a row, to catch races between calls.
+stress:
+	$(GO) test -race -count=20 ./test/driver/
+
+## envtest: build kube-apiserver and etcd from the Go module proxy into bin/ (cached).
+envtest:
+	@KUBE_VERSION=$(ENVTEST_K8S_VERSION) bash hack/envtest-binaries.sh >/dev/null
+
+## integration: the envtest suite against a real kube-apiserver and etcd.
+integration: envtest
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -tags integration -race -count=1 -v ./test/integration/ 2>&1 \
+		| grep -E '^(=== RUN|--- |PASS|FAIL|ok|envtest:)|_test.go:[0-9]+:' ; exit $${PIPESTATUS[0]}
 
 ## bench: the benchmarks whose figures the README quotes.
 bench:

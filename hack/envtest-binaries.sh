@@ -29,7 +29,7 @@ rm -rf "${work}"
 mkdir -p "${work}" "${OUT}"
 cd "${work}"
 
-export GOFLAGS=-mod=mod GOWORK=off
+export GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off
 go mod init envtest-binaries >/dev/null 2>&1
 
 # The staging modules that kubernetes replaces with ./staging/src/... are published as v0.x.y.

@@ -1,0 +1,413 @@
+// Command bench measures the manager against the performance targets of the project (see the
+// README for the latest figures). It runs on a fake clientset with an auto-signer that issues
+// real certificates, so it needs no cluster:
+//
+//	go run ./hack/bench            # all scenarios
+//	go run ./hack/bench -quick     # smaller sizes, for a smoke run
+//
+// Scenarios:
+//   - gate: volumes whose readiness gate opens uniformly 0.5–5 s after they are managed; the
+//     latency from gate-open to CertificateRequest created, with RequeuePod called on gate open,
+//     without it (the 1 s gate backoff), and with the old behaviour (gate pending retried on the
+//     30 s issuance backoff) as the baseline.
+//   - idle: cost of N issued volumes that are not yet due: CPU, storage reads, goroutines, heap.
+//   - issue: wall and CPU time to issue N volumes, and at 2N.
+//   - start: NewManager with N mounted volumes, on MemoryFS and on Filesystem.
+package main
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/cert-manager/csi-lib/internal/api"
+	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/manager"
+	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/storage"
+)
+
+func main() {
+	quick := flag.Bool("quick", false, "smaller sizes for a smoke run")
+	only := flag.String("only", "", "run one scenario: gate, idle, issue or start")
+	flag.Parse()
+	gateN, idleN, issueN, startN := 200, 5000, 5000, 5000
+	idleFor := 10 * time.Second
+	if *quick {
+		gateN, idleN, issueN, startN = 50, 500, 500, 500
+		idleFor = 2 * time.Second
+	}
+	ca, err := testkit.NewCA("bench-ca")
+	must(err)
+	run := func(name string) bool { return *only == "" || *only == name }
+
+	fmt.Printf("csi-lib manager benchmarks (%s, %d CPUs, %s)\n\n", runtime.Version(), runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"))
+	if run("gate") {
+		fmt.Printf("1. gate-open -> CertificateRequest created, %d volumes, gate opens 0.5-5 s after manage\n", gateN)
+		fmt.Printf("   %-44s %8s %8s %8s\n", "configuration", "p50", "p99", "max")
+		for _, c := range []struct {
+			name    string
+			requeue bool
+			gate    wait.Backoff
+		}{
+			{"RequeuePod on gate open (1 s gate backoff)", true, manager.DefaultGateBackoff()},
+			{"no RequeuePod (1 s gate backoff)", false, manager.DefaultGateBackoff()},
+			{"old: gate pending on the 30 s issue backoff", false, manager.DefaultRenewalBackoff()},
+		} {
+			lat := gateScenario(ca, gateN, c.requeue, c.gate)
+			fmt.Printf("   %-44s %8s %8s %8s\n", c.name, pct(lat, 50), pct(lat, 99), pct(lat, 100))
+		}
+		fmt.Println()
+	}
+	if run("idle") {
+		r := idleScenario(idleN, idleFor)
+		fmt.Printf("2. idle, %d issued volumes not yet due, measured for %s\n", idleN, idleFor)
+		fmt.Printf("   CPU %.5f cores, storage reads %.1f/s, %.2f goroutines/volume, %.1f KiB heap/volume\n\n",
+			r.cores, r.readsPerSec, r.goroutinesPerVolume, r.heapPerVolumeKiB)
+	}
+	if run("issue") {
+		fmt.Println("3. issue N volumes at once (auto-signer, real ECDSA keys and certificates)")
+		for _, n := range []int{issueN, 2 * issueN} {
+			wall, cpu := issueScenario(ca, n)
+			fmt.Printf("   N=%-6d wall %7.2fs  CPU %7.2fs  CPU per volume %.2f ms\n", n, wall.Seconds(), cpu.Seconds(), cpu.Seconds()*1000/float64(n))
+		}
+		fmt.Println()
+	}
+	if run("start") {
+		fmt.Printf("4. NewManager with %d mounted volumes\n", startN)
+		mem, fs := startScenario(startN)
+		fmt.Printf("   MemoryFS %.3fs, Filesystem %.3fs\n", mem.Seconds(), fs.Seconds())
+	}
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func pct(d []time.Duration, p float64) string {
+	if len(d) == 0 {
+		return "-"
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	i := int(math.Ceil(p/100*float64(len(d)))) - 1
+	if i < 0 {
+		i = 0
+	}
+	v := d[i]
+	if v < time.Second {
+		return fmt.Sprintf("%.1fms", float64(v.Microseconds())/1000)
+	}
+	return fmt.Sprintf("%.2fs", v.Seconds())
+}
+
+// countingReader counts metadata reads.
+type countingReader struct {
+	storage.MetadataReader
+	reads atomic.Int64
+}
+
+func (c *countingReader) ReadMetadata(id string) (metadata.Metadata, error) {
+	c.reads.Add(1)
+	return c.MetadataReader.ReadMetadata(id)
+}
+
+// env is a manager on a fake clientset with an auto-signer.
+type env struct {
+	client *fake.Clientset
+	store  *storage.MemoryFS
+	reader *countingReader
+	m      *manager.Manager
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newEnv(ca *testkit.CA, store *storage.MemoryFS, gate manager.ReadyToRequestFunc, gateBackoff wait.Backoff, sign bool) *env {
+	e := &env{client: testkit.NewScalableFakeClient(), store: store}
+	e.reader = &countingReader{MetadataReader: store}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	if sign {
+		e.startSigner(ctx, ca)
+	}
+	log := logr.Discard()
+	renewal := manager.DefaultRenewalBackoff()
+	m, err := manager.NewManager(manager.Options{
+		Client:         e.client,
+		MetadataReader: e.reader,
+		Log:            &log,
+		NodeID:         "bench-node",
+		GeneratePrivateKey: func(metadata.Metadata) (crypto.PrivateKey, error) {
+			return testkit.NewKey()
+		},
+		GenerateRequest: func(meta metadata.Metadata) (*manager.CertificateRequestBundle, error) {
+			return &manager.CertificateRequestBundle{
+				Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeID}},
+				Namespace: "bench", Duration: time.Hour,
+				IssuerRef: cmmeta.IssuerReference{Name: "ca", Kind: "Issuer", Group: "cert-manager.io"},
+			}, nil
+		},
+		SignRequest: func(_ metadata.Metadata, key crypto.PrivateKey, req *x509.CertificateRequest) ([]byte, error) {
+			return testkit.CSR(req, key)
+		},
+		WriteKeypair: func(meta metadata.Metadata, key crypto.PrivateKey, chain, caPEM []byte) error {
+			keyPEM, err := testkit.KeyPEM(key)
+			if err != nil {
+				return err
+			}
+			if err := store.WriteFiles(meta, map[string][]byte{"tls.key": keyPEM, "tls.crt": chain, "ca.crt": caPEM}); err != nil {
+				return err
+			}
+			return store.WriteMetadata(meta.VolumeID, meta)
+		},
+		ReadyToRequest:       gate,
+		GateBackoffConfig:    &gateBackoff,
+		RenewalBackoffConfig: &renewal,
+	})
+	must(err)
+	e.m = m
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	must(testkit.WaitInformerLive(wctx, e.client, m.CertificateRequestLister(), "bench-node"))
+	wcancel()
+	return e
+}
+
+// startSigner issues every request it sees, with two workers.
+func (e *env) startSigner(ctx context.Context, ca *testkit.CA) {
+	w, err := e.client.CertmanagerV1().CertificateRequests("bench").Watch(ctx, metav1.ListOptions{})
+	must(err)
+	queue := make(chan *cmapi.CertificateRequest, 100000)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer close(queue)
+		for {
+			select {
+			case <-ctx.Done():
+				w.Stop()
+				return
+			case ev := <-w.ResultChan():
+				if req, ok := ev.Object.(*cmapi.CertificateRequest); ok && ev.Type == watch.Added {
+					queue <- req
+				}
+			}
+		}
+	}()
+	for i := 0; i < 2; i++ {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			for req := range queue {
+				_, _ = testkit.Issue(ctx, e.client, ca, req, time.Now())
+			}
+		}()
+	}
+}
+
+func (e *env) stop() {
+	e.m.Stop()
+	e.cancel()
+	e.wg.Wait()
+}
+
+func volumeMeta(id string, nit *time.Time) metadata.Metadata {
+	return metadata.Metadata{
+		VolumeID: id, TargetPath: "/t/" + id, NextIssuanceTime: nit, Mounted: true,
+		VolumeContext: map[string]string{"csi.storage.k8s.io/pod.name": "pod-" + id, "csi.storage.k8s.io/pod.uid": "uid-" + id},
+	}
+}
+
+func register(store storage.Interface, meta metadata.Metadata) {
+	_, err := store.RegisterMetadata(meta)
+	must(err)
+	must(store.WriteMetadata(meta.VolumeID, meta))
+}
+
+func gateScenario(ca *testkit.CA, n int, requeue bool, gateBackoff wait.Backoff) []time.Duration {
+	store := storage.NewMemoryFS()
+	var mu sync.Mutex
+	openAt := map[string]time.Time{}
+	gate := func(meta metadata.Metadata) (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		at, ok := openAt[meta.VolumeID]
+		if !ok || time.Now().Before(at) {
+			return false, "pod has no IP"
+		}
+		return true, ""
+	}
+	e := newEnv(ca, store, gate, gateBackoff, true)
+	defer e.stop()
+	created := make(chan [2]any, n)
+	e.client.PrependReactor("create", "certificaterequests", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		req := a.(k8stesting.CreateAction).GetObject().(*cmapi.CertificateRequest)
+		created <- [2]any{req.Labels[api.VolumeIDHashLabelKey], time.Now()}
+		return false, nil, nil
+	})
+	hashToID := map[string]string{}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("gate-%d", i)
+		register(store, volumeMeta(id, nil))
+		hashToID[hashOf(id)] = id
+	}
+	start := time.Now()
+	var timers []*time.Timer
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("gate-%d", i)
+		delay := 500*time.Millisecond + time.Duration(rand.Int64N(int64(4500*time.Millisecond)))
+		mu.Lock()
+		openAt[id] = start.Add(delay)
+		mu.Unlock()
+		e.m.ManageVolume(id)
+		if requeue {
+			uid := "uid-" + id
+			timers = append(timers, time.AfterFunc(delay, func() { e.m.RequeuePod(typesUID(uid)) }))
+		}
+	}
+	var lat []time.Duration
+	deadline := time.After(5 * time.Minute)
+	for len(lat) < n {
+		select {
+		case c := <-created:
+			id := hashToID[c[0].(string)]
+			mu.Lock()
+			lat = append(lat, c[1].(time.Time).Sub(openAt[id]))
+			mu.Unlock()
+		case <-deadline:
+			fmt.Fprintf(os.Stderr, "gate scenario: only %d of %d requests created\n", len(lat), n)
+			return lat
+		}
+	}
+	for _, t := range timers {
+		t.Stop()
+	}
+	return lat
+}
+
+type idleResult struct {
+	cores, readsPerSec, goroutinesPerVolume, heapPerVolumeKiB float64
+}
+
+func idleScenario(n int, d time.Duration) idleResult {
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	gBefore := runtime.NumGoroutine()
+	store := storage.NewMemoryFS()
+	nit := time.Now().Add(time.Hour)
+	for i := 0; i < n; i++ {
+		register(store, volumeMeta(fmt.Sprintf("idle-%d", i), &nit))
+	}
+	e := newEnv(nil, store, manager.AlwaysReadyToRequest, manager.DefaultGateBackoff(), false)
+	defer e.stop()
+	// Let start-up settle (every loop reads its metadata once), then measure.
+	time.Sleep(time.Second)
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	g := runtime.NumGoroutine() - gBefore
+	reads0 := e.reader.reads.Load()
+	cpu0 := cpuTime()
+	time.Sleep(d)
+	cpu := cpuTime() - cpu0
+	reads := e.reader.reads.Load() - reads0
+	return idleResult{
+		cores:               cpu.Seconds() / d.Seconds(),
+		readsPerSec:         float64(reads) / d.Seconds(),
+		goroutinesPerVolume: float64(g) / float64(n),
+		heapPerVolumeKiB:    float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / 1024 / float64(n),
+	}
+}
+
+func issueScenario(ca *testkit.CA, n int) (time.Duration, time.Duration) {
+	store := storage.NewMemoryFS()
+	for i := 0; i < n; i++ {
+		register(store, volumeMeta(fmt.Sprintf("issue-%d", i), nil))
+	}
+	// Registered but not resumed: the volumes are managed all at once below.
+	for i := 0; i < n; i++ {
+		m := volumeMeta(fmt.Sprintf("issue-%d", i), nil)
+		m.Mounted = false
+		must(store.SetRawMetadata(m.VolumeID, mustJSON(m)))
+	}
+	e := newEnv(ca, store, manager.AlwaysReadyToRequest, manager.DefaultGateBackoff(), true)
+	defer e.stop()
+	cpu0, start := cpuTime(), time.Now()
+	for i := 0; i < n; i++ {
+		e.m.ManageVolume(fmt.Sprintf("issue-%d", i))
+	}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("issue-%d", i)
+		for {
+			meta, err := store.ReadMetadata(id)
+			if err == nil && meta.NextIssuanceTime != nil {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return time.Since(start), cpuTime() - cpu0
+}
+
+func startScenario(n int) (time.Duration, time.Duration) {
+	nit := time.Now().Add(time.Hour)
+	mem := storage.NewMemoryFS()
+	dir, err := os.MkdirTemp("", "csi-lib-bench-")
+	must(err)
+	defer os.RemoveAll(dir)
+	fs, err := storage.NewFilesystemWithOptions(logr.Discard(), dir, storage.FilesystemOptions{PlainDirectory: true})
+	must(err)
+	for i := 0; i < n; i++ {
+		meta := volumeMeta(fmt.Sprintf("start-%d", i), &nit)
+		register(mem, meta)
+		register(fs, meta)
+	}
+	measure := func(reader storage.MetadataReader) time.Duration {
+		client := fake.NewSimpleClientset()
+		log := logr.Discard()
+		noop := func(metadata.Metadata) (crypto.PrivateKey, error) { return nil, nil }
+		start := time.Now()
+		m, err := manager.NewManager(manager.Options{
+			Client: client, MetadataReader: reader, Log: &log, NodeID: "bench-node",
+			GeneratePrivateKey: noop,
+			GenerateRequest:    func(metadata.Metadata) (*manager.CertificateRequestBundle, error) { return nil, nil },
+			SignRequest:        func(metadata.Metadata, crypto.PrivateKey, *x509.CertificateRequest) ([]byte, error) { return nil, nil },
+			WriteKeypair:       func(metadata.Metadata, crypto.PrivateKey, []byte, []byte) error { return nil },
+		})
+		must(err)
+		d := time.Since(start)
+		m.Stop()
+		return d
+	}
+	return measure(mem), measure(fs)
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	must(syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

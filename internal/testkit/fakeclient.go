@@ -1,0 +1,82 @@
+package testkit
+
+import (
+	"sync"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// NewScalableFakeClient returns a fake cert-manager clientset whose CertificateRequest watches
+// never overflow. The stock fake gives each watcher a 100-event buffer and panics when a burst of
+// thousands of creates outruns a consumer; here creates, updates and deletes of
+// CertificateRequests are broadcast to watchers with deep buffers (a full buffer blocks the
+// writer instead of panicking). Benchmarks and the demo's load runs use it.
+func NewScalableFakeClient() *fake.Clientset {
+	client := fake.NewSimpleClientset()
+	tracker := client.Tracker()
+	gvr := cmapi.SchemeGroupVersion.WithResource("certificaterequests")
+	var mu sync.Mutex
+	type watcher struct {
+		ns string
+		w  *watch.FakeWatcher
+	}
+	var watchers []watcher
+	broadcast := func(t watch.EventType, obj runtime.Object) {
+		acc, err := meta.Accessor(obj)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		ws := append([]watcher(nil), watchers...)
+		mu.Unlock()
+		for _, w := range ws {
+			if w.ns == "" || w.ns == acc.GetNamespace() {
+				func() {
+					defer func() { _ = recover() }() // a stopped watcher
+					w.w.Action(t, obj.DeepCopyObject())
+				}()
+			}
+		}
+	}
+	client.PrependWatchReactor("certificaterequests", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w := watch.NewFakeWithChanSize(1<<18, false)
+		mu.Lock()
+		watchers = append(watchers, watcher{ns: a.GetNamespace(), w: w})
+		mu.Unlock()
+		return true, w, nil
+	})
+	client.PrependReactor("create", "certificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj := a.(k8stesting.CreateAction).GetObject()
+		if err := tracker.Create(gvr, obj, a.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		broadcast(watch.Added, obj)
+		return true, obj.DeepCopyObject(), nil
+	})
+	client.PrependReactor("update", "certificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj := a.(k8stesting.UpdateAction).GetObject()
+		if err := tracker.Update(gvr, obj, a.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		broadcast(watch.Modified, obj)
+		return true, obj.DeepCopyObject(), nil
+	})
+	client.PrependReactor("delete", "certificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		da := a.(k8stesting.DeleteAction)
+		obj, err := tracker.Get(gvr, da.GetNamespace(), da.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		if err := tracker.Delete(gvr, da.GetNamespace(), da.GetName()); err != nil {
+			return true, nil, err
+		}
+		broadcast(watch.Deleted, obj)
+		return true, nil, nil
+	})
+	return client
+}
