@@ -37,8 +37,12 @@ integration: envtest
 
 ## bench: the benchmarks whose figures the README quotes.
 bench:
-	@echo "benchmarks: not yet (issue 3)"
+	$(GO) run ./hack/bench $(ARGS)
 
-## demo: the library doing its whole job locally.
-demo:
-	@echo "demo: not yet (issue 6)"
+## demo: the library doing its whole job locally (ARGS=--help lists the options).
+demo: envtest
+	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./hack/demo $(ARGS)
+
+## demo-short: the demo in its short mode; fails if any of its four stories does not happen.
+demo-short: envtest
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./hack/demo -short

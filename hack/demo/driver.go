@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	cminformers "github.com/cert-manager/cert-manager/pkg/client/informers/externalversions"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/mount-utils"
+
+	"github.com/cert-manager/csi-lib/driver"
+	"github.com/cert-manager/csi-lib/internal/api"
+	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/manager"
+	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/metrics"
+	"github.com/cert-manager/csi-lib/storage"
+)
+
+// exampleDriver is a node driver built from the library's public API only (driver.New,
+// manager.NewManager, storage.NewFilesystem…), as a driver author would write it, with a
+// readiness gate that waits for the pod's IP, fed by a real Pod informer.
+type exampleDriver struct {
+	name     string
+	store    storage.Interface
+	fs       *storage.Filesystem
+	m        *manager.Manager
+	d        *driver.Driver
+	socket   string
+	registry *prometheus.Registry
+	metrics  *metrics.Metrics
+	stopCh   chan struct{}
+	served   chan error
+}
+
+type driverConfig struct {
+	name          string
+	nodeID        string
+	baseDir       string
+	socketDir     string
+	kube          kubernetes.Interface
+	cm            cmclient.Interface
+	mounter       mount.Interface
+	plainDir      bool
+	requeuePod    bool          // call RequeuePod when a pod changes (the fork's fast path)
+	gateBackoff   *wait.Backoff // nil: the library default
+	issueBackoff  *wait.Backoff // nil: the library default
+	wrapStore     func(*storage.Filesystem) storage.Interface
+	onWritten     func(meta metadata.Metadata, chain []byte)
+	log           logr.Logger
+}
+
+func startDriver(cfg driverConfig) (*exampleDriver, error) {
+	fs, err := storage.NewFilesystemWithOptions(cfg.log.WithName("storage"), cfg.baseDir, storage.FilesystemOptions{PlainDirectory: cfg.plainDir, Mounter: cfg.mounter})
+	if err != nil {
+		return nil, err
+	}
+	var store storage.Interface = fs
+	if cfg.wrapStore != nil {
+		store = cfg.wrapStore(fs)
+	}
+	ed := &exampleDriver{name: cfg.name, store: store, fs: fs, stopCh: make(chan struct{}), served: make(chan error, 1),
+		socket: filepath.Join(cfg.socketDir, cfg.name+".sock"), registry: prometheus.NewRegistry()}
+
+	// The pod informer behind the readiness gate.
+	podFactory := informers.NewSharedInformerFactory(cfg.kube, 0)
+	pods := podFactory.Core().V1().Pods()
+	podLister := pods.Lister()
+	gate := func(meta metadata.Metadata) (bool, string) {
+		pod, err := podLister.Pods(meta.VolumeContext["csi.storage.k8s.io/pod.namespace"]).Get(meta.VolumeContext["csi.storage.k8s.io/pod.name"])
+		if err != nil {
+			return false, "pod not found"
+		}
+		if pod.Status.PodIP == "" {
+			return false, "pod has no IP yet"
+		}
+		return true, ""
+	}
+
+	// Metrics read the node's CertificateRequests from their own informer.
+	nodeHash := util.HashIdentifier(cfg.nodeID)
+	crFactory := cminformers.NewSharedInformerFactoryWithOptions(cfg.cm, 0, cminformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = api.NodeIDHashLabelKey + "=" + nodeHash
+	}))
+	crLister := crFactory.Certmanager().V1().CertificateRequests().Lister()
+	mlog := cfg.log.WithName("metrics")
+	met := metrics.New(cfg.nodeID, &mlog, ed.registry, store, crLister)
+	ed.metrics = met
+
+	log := cfg.log.WithName(cfg.name)
+	m, err := manager.NewManager(manager.Options{
+		Client:         cfg.cm,
+		MetadataReader: store,
+		Log:            &log,
+		NodeID:         cfg.nodeID,
+		GeneratePrivateKey: func(metadata.Metadata) (crypto.PrivateKey, error) {
+			return testkit.NewKey()
+		},
+		GenerateRequest: func(meta metadata.Metadata) (*manager.CertificateRequestBundle, error) {
+			d, err := time.ParseDuration(meta.VolumeContext["csi.example.com/duration"])
+			if err != nil {
+				return nil, fmt.Errorf("volume attribute csi.example.com/duration: %w", err)
+			}
+			return &manager.CertificateRequestBundle{
+				Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeContext["csi.storage.k8s.io/pod.name"]}},
+				Namespace: meta.VolumeContext["csi.storage.k8s.io/pod.namespace"],
+				IssuerRef: cmmeta.IssuerReference{Name: "demo-ca", Kind: "Issuer", Group: "cert-manager.io"},
+				Duration:  d,
+				Usages:    []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageServerAuth},
+			}, nil
+		},
+		SignRequest: func(_ metadata.Metadata, key crypto.PrivateKey, req *x509.CertificateRequest) ([]byte, error) {
+			return testkit.CSR(req, key)
+		},
+		WriteKeypair: func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
+			keyPEM, err := testkit.KeyPEM(key)
+			if err != nil {
+				return err
+			}
+			if err := store.WriteFiles(meta, map[string][]byte{"tls.key": keyPEM, "tls.crt": chain, "ca.crt": ca}); err != nil {
+				return err
+			}
+			if err := store.WriteMetadata(meta.VolumeID, meta); err != nil {
+				return err
+			}
+			if cfg.onWritten != nil {
+				cfg.onWritten(meta, chain)
+			}
+			return nil
+		},
+		ReadyToRequest:       gate,
+		GateBackoffConfig:    cfg.gateBackoff,
+		RenewalBackoffConfig: cfg.issueBackoff,
+		Metrics:              met,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ed.m = m
+	if cfg.requeuePod {
+		if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(_, obj any) { m.RequeuePod(obj.(*corev1.Pod).UID) },
+		}); err != nil {
+			return nil, err
+		}
+	} else {
+		pods.Informer() // register it so the factory starts it
+	}
+	podFactory.Start(ed.stopCh)
+	crFactory.Start(ed.stopCh)
+	podFactory.WaitForCacheSync(ed.stopCh)
+	crFactory.WaitForCacheSync(ed.stopCh)
+
+	d, err := driver.New(context.Background(), "unix://"+ed.socket, cfg.log.WithName(cfg.name+"-csi"), driver.Options{
+		DriverName: "csi.example.com", DriverVersion: "demo", NodeID: cfg.nodeID,
+		Store: store, Manager: m, Mounter: cfg.mounter, ContinueOnNotReady: true,
+	})
+	if err != nil {
+		m.Stop()
+		return nil, err
+	}
+	ed.d = d
+	go func() { ed.served <- d.Run() }()
+	return ed, nil
+}
+
+// serveMetrics serves the driver's /metrics on addr until the returned function is called.
+func (ed *exampleDriver) serveMetrics(addr string) (string, func(), error) {
+	srv := &http.Server{Addr: addr, Handler: ed.metrics.DefaultHandler(), ReadHeaderTimeout: 5 * time.Second}
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	go func() { _ = srv.Serve(lis) }()
+	return "http://" + lis.Addr().String() + "/metrics", func() { _ = srv.Close() }, nil
+}
+
+// kill stops the manager first, so calls in flight fail at once, then the server: the nearest
+// an in-process demo gets to a killed driver (its store is frozen by the caller).
+func (ed *exampleDriver) kill() {
+	ed.m.Stop()
+	ed.stop()
+}
+
+func (ed *exampleDriver) stop() {
+	ed.d.Stop()
+	<-ed.served
+	ed.m.Stop()
+	close(ed.stopCh)
+}

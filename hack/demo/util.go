@@ -1,0 +1,64 @@
+package main
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// managerBackoff is the backoff type the manager options take.
+type managerBackoff = wait.Backoff
+
+func pct(d []time.Duration, p float64) string {
+	if len(d) == 0 {
+		return "-"
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	if i < 0 {
+		i = 0
+	}
+	return fmtDur(s[i])
+}
+
+func fmtDur(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000)
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+func serialOf(chain []byte) string {
+	block, _ := pem.Decode(chain)
+	if block == nil {
+		return "?"
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return "?"
+	}
+	s := cert.SerialNumber.Text(16)
+	if len(s) > 8 {
+		s = s[:8]
+	}
+	return s
+}
+
+// readDataLink finds the ..data link of a volume in any of the demo's stores.
+func readDataLink(workDir, volumeID string) string {
+	matches, _ := filepath.Glob(filepath.Join(workDir, "base-*", "inmemfs", volumeID, "data", "..data"))
+	for _, m := range matches {
+		if t, err := os.Readlink(m); err == nil {
+			return t
+		}
+	}
+	return ""
+}
