@@ -52,20 +52,20 @@ type exampleDriver struct {
 }
 
 type driverConfig struct {
-	name          string
-	nodeID        string
-	baseDir       string
-	socketDir     string
-	kube          kubernetes.Interface
-	cm            cmclient.Interface
-	mounter       mount.Interface
-	plainDir      bool
-	requeuePod    bool          // call RequeuePod when a pod changes (the fork's fast path)
-	gateBackoff   *wait.Backoff // nil: the library default
-	issueBackoff  *wait.Backoff // nil: the library default
-	wrapStore     func(*storage.Filesystem) storage.Interface
-	onWritten     func(meta metadata.Metadata, chain []byte)
-	log           logr.Logger
+	name         string
+	nodeID       string
+	baseDir      string
+	socketDir    string
+	kube         kubernetes.Interface
+	cm           cmclient.Interface
+	mounter      mount.Interface
+	plainDir     bool
+	requeuePod   bool          // call RequeuePod when a pod changes (the fork's fast path)
+	gateBackoff  *wait.Backoff // nil: the library default
+	issueBackoff *wait.Backoff // nil: the library default
+	wrapStore    func(*storage.Filesystem) storage.Interface
+	onWritten    func(meta metadata.Metadata, chain []byte)
+	log          logr.Logger
 }
 
 func startDriver(cfg driverConfig) (*exampleDriver, error) {

@@ -94,11 +94,11 @@ type demo struct {
 	mounter mount.Interface
 	plain   bool
 
-	refuse   atomic.Bool          // story 4: the signer fails every request
-	ignoreNS sync.Map             // namespaces the signer does not answer (story 3)
-	mu       sync.Mutex           // guards vols
-	vols     map[string]*volume   // by volume hash
-	written  chan writtenEvent    // certificate written (any volume)
+	refuse   atomic.Bool        // story 4: the signer fails every request
+	ignoreNS sync.Map           // namespaces the signer does not answer (story 3)
+	mu       sync.Mutex         // guards vols
+	vols     map[string]*volume // by volume hash
+	written  chan writtenEvent  // certificate written (any volume)
 }
 
 type volume struct {
