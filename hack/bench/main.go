@@ -153,7 +153,7 @@ type env struct {
 	// written counts key pairs written.
 	written atomic.Int64
 	cancel  context.CancelFunc
-	wg     sync.WaitGroup
+	wg      sync.WaitGroup
 }
 
 func newEnv(ca *testkit.CA, store *storage.MemoryFS, gate manager.ReadyToRequestFunc, gateBackoff wait.Backoff, sign bool) *env {
