@@ -113,22 +113,12 @@ func newEnv(t *testing.T, configure func(*Options)) *env {
 				Annotations: map[string]string{"a": "b"},
 			}, nil
 		},
-		SignRequest: func(_ metadata.Metadata, key crypto.PrivateKey, req *x509.CertificateRequest) ([]byte, error) {
-			return testkit.CSR(req, key)
-		},
-		WriteKeypair: func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
-			keyPEM, err := testkit.KeyPEM(key)
-			if err != nil {
-				return err
-			}
-			if err := e.store.WriteFiles(meta, map[string][]byte{"tls.key": keyPEM, "tls.crt": chain, "ca.crt": ca}); err != nil {
-				return err
-			}
+		SignRequest: testkit.SignCSR,
+		WriteKeypair: testkit.KeypairWriter(e.store, func(meta metadata.Metadata, key crypto.PrivateKey, _ []byte) {
 			e.mu.Lock()
 			e.written[meta.VolumeID] = append(e.written[meta.VolumeID], key)
 			e.mu.Unlock()
-			return e.store.WriteMetadata(meta.VolumeID, meta)
-		},
+		}),
 		ReadyToRequest: func(metadata.Metadata) (bool, string) {
 			e.gateCalls.Add(1)
 			if e.gateOpen.Load() {

@@ -167,13 +167,11 @@ func newEnv(ca *testkit.CA, store *storage.MemoryFS, gate manager.ReadyToRequest
 	log := logr.Discard()
 	renewal := manager.DefaultRenewalBackoff()
 	m, err := manager.NewManager(manager.Options{
-		Client:         e.client,
-		MetadataReader: e.reader,
-		Log:            &log,
-		NodeID:         "bench-node",
-		GeneratePrivateKey: func(metadata.Metadata) (crypto.PrivateKey, error) {
-			return testkit.NewKey()
-		},
+		Client:             e.client,
+		MetadataReader:     e.reader,
+		Log:                &log,
+		NodeID:             "bench-node",
+		GeneratePrivateKey: testkit.GenerateKey,
 		GenerateRequest: func(meta metadata.Metadata) (*manager.CertificateRequestBundle, error) {
 			return &manager.CertificateRequestBundle{
 				Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeID}},
@@ -181,23 +179,10 @@ func newEnv(ca *testkit.CA, store *storage.MemoryFS, gate manager.ReadyToRequest
 				IssuerRef: cmmeta.IssuerReference{Name: "ca", Kind: "Issuer", Group: "cert-manager.io"},
 			}, nil
 		},
-		SignRequest: func(_ metadata.Metadata, key crypto.PrivateKey, req *x509.CertificateRequest) ([]byte, error) {
-			return testkit.CSR(req, key)
-		},
-		WriteKeypair: func(meta metadata.Metadata, key crypto.PrivateKey, chain, caPEM []byte) error {
-			keyPEM, err := testkit.KeyPEM(key)
-			if err != nil {
-				return err
-			}
-			if err := store.WriteFiles(meta, map[string][]byte{"tls.key": keyPEM, "tls.crt": chain, "ca.crt": caPEM}); err != nil {
-				return err
-			}
-			if err := store.WriteMetadata(meta.VolumeID, meta); err != nil {
-				return err
-			}
+		SignRequest: testkit.SignCSR,
+		WriteKeypair: testkit.KeypairWriter(store, func(metadata.Metadata, crypto.PrivateKey, []byte) {
 			e.written.Add(1)
-			return nil
-		},
+		}),
 		ReadyToRequest:       gate,
 		GateBackoffConfig:    &gateBackoff,
 		RenewalBackoffConfig: &renewal,

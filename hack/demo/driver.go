@@ -107,13 +107,11 @@ func startDriver(cfg driverConfig) (*exampleDriver, error) {
 
 	log := cfg.log.WithName(cfg.name)
 	m, err := manager.NewManager(manager.Options{
-		Client:         cfg.cm,
-		MetadataReader: store,
-		Log:            &log,
-		NodeID:         cfg.nodeID,
-		GeneratePrivateKey: func(metadata.Metadata) (crypto.PrivateKey, error) {
-			return testkit.NewKey()
-		},
+		Client:             cfg.cm,
+		MetadataReader:     store,
+		Log:                &log,
+		NodeID:             cfg.nodeID,
+		GeneratePrivateKey: testkit.GenerateKey,
 		GenerateRequest: func(meta metadata.Metadata) (*manager.CertificateRequestBundle, error) {
 			d, err := time.ParseDuration(meta.VolumeContext["csi.example.com/duration"])
 			if err != nil {
@@ -127,25 +125,12 @@ func startDriver(cfg driverConfig) (*exampleDriver, error) {
 				Usages:    []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageServerAuth},
 			}, nil
 		},
-		SignRequest: func(_ metadata.Metadata, key crypto.PrivateKey, req *x509.CertificateRequest) ([]byte, error) {
-			return testkit.CSR(req, key)
-		},
-		WriteKeypair: func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
-			keyPEM, err := testkit.KeyPEM(key)
-			if err != nil {
-				return err
-			}
-			if err := store.WriteFiles(meta, map[string][]byte{"tls.key": keyPEM, "tls.crt": chain, "ca.crt": ca}); err != nil {
-				return err
-			}
-			if err := store.WriteMetadata(meta.VolumeID, meta); err != nil {
-				return err
-			}
+		SignRequest: testkit.SignCSR,
+		WriteKeypair: testkit.KeypairWriter(store, func(meta metadata.Metadata, _ crypto.PrivateKey, chain []byte) {
 			if cfg.onWritten != nil {
 				cfg.onWritten(meta, chain)
 			}
-			return nil
-		},
+		}),
 		ReadyToRequest:       gate,
 		GateBackoffConfig:    cfg.gateBackoff,
 		RenewalBackoffConfig: cfg.issueBackoff,

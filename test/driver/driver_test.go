@@ -2,7 +2,6 @@ package driver_test
 
 import (
 	"context"
-	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
@@ -41,7 +40,7 @@ const (
 // pair into the store, like a real driver.
 func realIssuance(opts *testdriver.Options, store storage.Interface) {
 	opts.Store = store
-	opts.GeneratePrivateKey = func(metadata.Metadata) (crypto.PrivateKey, error) { return testkit.NewKey() }
+	opts.GeneratePrivateKey = testkit.GenerateKey
 	opts.GenerateRequest = func(meta metadata.Metadata) (*manager.CertificateRequestBundle, error) {
 		return &manager.CertificateRequestBundle{
 			Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeID}},
@@ -50,19 +49,8 @@ func realIssuance(opts *testdriver.Options, store storage.Interface) {
 			Duration:  time.Hour,
 		}, nil
 	}
-	opts.SignRequest = func(_ metadata.Metadata, key crypto.PrivateKey, req *x509.CertificateRequest) ([]byte, error) {
-		return testkit.CSR(req, key)
-	}
-	opts.WriteKeypair = func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
-		keyPEM, err := testkit.KeyPEM(key)
-		if err != nil {
-			return err
-		}
-		if err := store.WriteFiles(meta, map[string][]byte{"tls.key": keyPEM, "tls.crt": chain, "ca.crt": ca}); err != nil {
-			return err
-		}
-		return store.WriteMetadata(meta.VolumeID, meta)
-	}
+	opts.SignRequest = testkit.SignCSR
+	opts.WriteKeypair = testkit.KeypairWriter(store)
 }
 
 func publishRequest(t *testing.T, id string) *csi.NodePublishVolumeRequest {

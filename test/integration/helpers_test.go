@@ -4,7 +4,6 @@ package integration
 
 import (
 	"context"
-	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"path/filepath"
@@ -131,13 +130,11 @@ func startNode(t *testing.T, cfg nodeConfig) *node {
 		duration = time.Hour
 	}
 	opts := manager.Options{
-		Client:         cm,
-		MetadataReader: store,
-		Log:            &log,
-		NodeID:         "it-node",
-		GeneratePrivateKey: func(metadata.Metadata) (crypto.PrivateKey, error) {
-			return testkit.NewKey()
-		},
+		Client:             cm,
+		MetadataReader:     store,
+		Log:                &log,
+		NodeID:             "it-node",
+		GeneratePrivateKey: testkit.GenerateKey,
 		GenerateRequest: func(meta metadata.Metadata) (*manager.CertificateRequestBundle, error) {
 			return &manager.CertificateRequestBundle{
 				Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeContext["csi.storage.k8s.io/pod.name"]}},
@@ -147,19 +144,8 @@ func startNode(t *testing.T, cfg nodeConfig) *node {
 				Usages:    []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageServerAuth},
 			}, nil
 		},
-		SignRequest: func(_ metadata.Metadata, key crypto.PrivateKey, req *x509.CertificateRequest) ([]byte, error) {
-			return testkit.CSR(req, key)
-		},
-		WriteKeypair: func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
-			keyPEM, err := testkit.KeyPEM(key)
-			if err != nil {
-				return err
-			}
-			if err := store.WriteFiles(meta, map[string][]byte{"tls.key": keyPEM, "tls.crt": chain, "ca.crt": ca}); err != nil {
-				return err
-			}
-			return store.WriteMetadata(meta.VolumeID, meta)
-		},
+		SignRequest:  testkit.SignCSR,
+		WriteKeypair: testkit.KeypairWriter(store),
 	}
 	if cfg.managerOpts != nil {
 		cfg.managerOpts(&opts)
