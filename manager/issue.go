@@ -29,10 +29,8 @@ const cacheRetryInterval = time.Second
 // issue makes one issuance attempt for a volume; see the package documentation for the steps.
 func (m *Manager) issue(ctx context.Context, v *volume) error {
 	m.opts.Metrics.IncrementIssueCallCountTotal(m.nodeNameHash, v.id)
-	if !m.informer.HasSynced() {
-		if !cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
-			return fmt.Errorf("CertificateRequest informer not synced: %w", context.Cause(ctx))
-		}
+	if err := waitForSync(ctx, m.informer.HasSynced); err != nil {
+		return fmt.Errorf("CertificateRequest informer not synced: %w", context.Cause(ctx))
 	}
 
 	// Step 1: delete requests beyond MaxRequestsPerVolume, oldest first.

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"time"
 
+	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
 )
 
 // run is the renewal loop of one volume; see the package documentation. If first is non-nil it
 // is the outcome of an attempt made before the loop started.
-func (m *Manager) run(v *volume, first *error) {
+func (m *Manager) run(v *volume, first *error, known *metadata.Metadata) {
 	defer m.loops.Done()
 	defer close(v.done)
 
@@ -23,7 +24,8 @@ func (m *Manager) run(v *volume, first *error) {
 	}
 	for {
 		if !haveOutcome {
-			wait, err := m.untilDue(v)
+			wait, err := m.untilDue(v, known)
+			known = nil
 			switch {
 			case errors.Is(err, storage.ErrNotFound):
 				v.log.Info("Volume metadata is gone; no longer managing the volume")
@@ -71,10 +73,16 @@ func (m *Manager) run(v *volume, first *error) {
 
 // untilDue reads the volume's metadata and returns how long until it is due (zero or less:
 // due now).
-func (m *Manager) untilDue(v *volume) (time.Duration, error) {
-	meta, err := m.opts.MetadataReader.ReadMetadata(v.id)
-	if err != nil {
-		return 0, err
+// known, if non-nil, is metadata read just before, used instead of reading again.
+func (m *Manager) untilDue(v *volume, known *metadata.Metadata) (time.Duration, error) {
+	var meta metadata.Metadata
+	if known != nil {
+		meta = *known
+	} else {
+		var err error
+		if meta, err = m.opts.MetadataReader.ReadMetadata(v.id); err != nil {
+			return 0, err
+		}
 	}
 	now := m.clock.Now()
 	due := meta.NextIssuanceTime

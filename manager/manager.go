@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -131,9 +130,9 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	m.lister = requests.Lister()
 	m.factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
+	if err := waitForSync(ctx, m.informer.HasSynced); err != nil {
 		m.Stop()
-		return nil, errors.New("CertificateRequest informer did not sync")
+		return nil, fmt.Errorf("CertificateRequest informer did not sync: %w", err)
 	}
 
 	m.resumeMountedVolumes()
@@ -167,7 +166,7 @@ func (m *Manager) resumeMountedVolumes() {
 			continue
 		}
 		if v, created := m.register(id, meta); created {
-			m.startLoop(v, nil)
+			m.startLoop(v, nil, &meta)
 			resumed++
 		}
 	}
@@ -212,8 +211,9 @@ func (m *Manager) register(id string, meta metadata.Metadata) (*volume, bool) {
 }
 
 // startLoop starts the volume's renewal loop once. If first is non-nil it is the outcome of an
-// attempt already made, which the loop classifies before anything else.
-func (m *Manager) startLoop(v *volume, first *error) bool {
+// attempt already made, which the loop classifies before anything else. If known is non-nil it
+// is the volume's metadata, just read, which saves the loop its first read.
+func (m *Manager) startLoop(v *volume, first *error, known *metadata.Metadata) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.volumes[v.id] != v || v.loopStarted {
@@ -221,7 +221,7 @@ func (m *Manager) startLoop(v *volume, first *error) bool {
 	}
 	v.loopStarted = true
 	m.loops.Add(1)
-	go m.run(v, first)
+	go m.run(v, first, known)
 	return true
 }
 
@@ -237,7 +237,7 @@ func (m *Manager) ManageVolume(volumeID string) (managed bool) {
 	if v == nil {
 		return false
 	}
-	m.startLoop(v, nil)
+	m.startLoop(v, nil, &meta)
 	return true
 }
 
@@ -263,7 +263,7 @@ func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (m
 		err := m.attemptOnce(ctx, v)
 		first = &err
 	}
-	m.startLoop(v, first)
+	m.startLoop(v, first, nil)
 	if first != nil {
 		return true, *first
 	}
@@ -397,6 +397,22 @@ func (m *Manager) Stop() {
 		m.loops.Wait()
 		m.factory.Shutdown()
 	})
+}
+
+// syncPollInterval is how often waitForSync checks the informer (cache.WaitForCacheSync checks
+// every 100 ms, which would dominate start-up).
+const syncPollInterval = 5 * time.Millisecond
+
+// waitForSync waits until synced reports true or ctx ends.
+func waitForSync(ctx context.Context, synced cache.InformerSynced) error {
+	for !synced() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(syncPollInterval):
+		}
+	}
+	return nil
 }
 
 func indexByVolumeHash(obj any) ([]string, error) {
