@@ -85,9 +85,9 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 	id := req.GetVolumeId()
 	log := ns.log.WithValues("volume_id", id, "pod", req.GetVolumeContext()[podNameKey], "namespace", req.GetVolumeContext()[podNamespaceKey])
 
-	unlock, err := ns.volumes.Lock(ctx, id)
+	unlock, err := ns.lockVolume(ctx, id)
 	if err != nil {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %q is already in progress", id)
+		return nil, err
 	}
 	defer unlock()
 
@@ -138,6 +138,23 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 	succeeded = true
 	log.Info("Volume published", "target_path", req.GetTargetPath())
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// lockVolume waits until no other operation holds the volume. It gives up with Aborted a little
+// before the caller's deadline (a tenth of the remaining time, at most a second), so that the
+// caller receives Aborted rather than its own DeadlineExceeded.
+func (ns *nodeServer) lockVolume(ctx context.Context, id string) (func(), error) {
+	if deadline, ok := ctx.Deadline(); ok {
+		margin := min(time.Until(deadline)/10, time.Second)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-margin))
+		defer cancel()
+	}
+	unlock, err := ns.volumes.Lock(ctx, id)
+	if err != nil {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %q is already in progress", id)
+	}
+	return unlock, nil
 }
 
 // obtainCertificate gets the volume managed and, unless ContinueOnNotReady allows otherwise,
@@ -225,9 +242,9 @@ func (ns *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpu
 		return nil, status.Error(codes.InvalidArgument, "target_path: must be set")
 	}
 	log := ns.log.WithValues("volume_id", id)
-	unlock, err := ns.volumes.Lock(ctx, id)
+	unlock, err := ns.lockVolume(ctx, id)
 	if err != nil {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %q is already in progress", id)
+		return nil, err
 	}
 	defer unlock()
 

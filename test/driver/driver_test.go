@@ -589,3 +589,34 @@ func TestRestartWithUpstreamMetadata(t *testing.T) {
 		t.Fatal("resumed legacy volume not mounted")
 	}
 }
+
+// TestBusyVolumeIsAborted: a call that cannot get the volume before its own deadline, because an
+// earlier call still holds it, gets Aborted and changes nothing.
+func TestBusyVolumeIsAborted(t *testing.T) {
+	store := storage.NewMemoryFS()
+	var o testdriver.Options
+	realIssuance(&o, store)
+	opts, cl, _ := testdriver.Run(t, o)
+	req := publishRequest(t, "vol-1")
+	first := make(chan error, 1)
+	go func() {
+		_, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req)
+		first <- err
+	}()
+	poll(t, "the first call to submit a request", func() bool { return countRequests(t, opts) == 1 })
+	_, err := cl.NodePublishVolume(ctxWithTimeout(t, 200*time.Millisecond), req)
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("second call: %v, want Aborted", err)
+	}
+	_, err = cl.NodeUnpublishVolume(ctxWithTimeout(t, 200*time.Millisecond), &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: req.TargetPath})
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("unpublish during publish: %v, want Aborted", err)
+	}
+	startSigner(t, opts, newCA(t))
+	if err := <-first; err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	if meta, _ := store.ReadMetadata("vol-1"); !meta.Mounted {
+		t.Fatal("the aborted calls disturbed the first one")
+	}
+}
