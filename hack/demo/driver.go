@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/mount-utils"
 
@@ -46,6 +47,7 @@ type exampleDriver struct {
 	d        *driver.Driver
 	socket   string
 	registry *prometheus.Registry
+	pods     corev1listers.PodLister
 	metrics  *metrics.Metrics
 	stopCh   chan struct{}
 	served   chan error
@@ -84,6 +86,7 @@ func startDriver(cfg driverConfig) (*exampleDriver, error) {
 	podFactory := informers.NewSharedInformerFactory(cfg.kube, 0)
 	pods := podFactory.Core().V1().Pods()
 	podLister := pods.Lister()
+	ed.pods = podLister
 	gate := func(meta metadata.Metadata) (bool, string) {
 		pod, err := podLister.Pods(meta.VolumeContext["csi.storage.k8s.io/pod.namespace"]).Get(meta.VolumeContext["csi.storage.k8s.io/pod.name"])
 		if err != nil {

@@ -418,6 +418,15 @@ func (d *demo) publish(ctx context.Context, drv *exampleDriver, ns, pod string, 
 		if err := assignIP(); err != nil {
 			return nil, err
 		}
+		// Publish only once the driver's pod informer has seen the IP, so the gate is open.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if seen, err := drv.pods.Pods(ns).Get(pod); err == nil && seen.Status.PodIP != "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("the driver's pod informer never saw the IP of %s", pod)
+			}
+		}
 	}
 	client, err := nodeClient(drv.socket)
 	if err != nil {
