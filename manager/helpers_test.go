@@ -252,21 +252,28 @@ func (e *env) requests() []cmapi.CertificateRequest {
 	return list.Items
 }
 
-// waitForRequest waits until the fake API holds n requests in namespace ns and returns the one
-// not finished, if any.
+// waitForPending waits, through a watch on the fake API, until a request that is not finished
+// exists, and returns it.
 func (e *env) waitForPending() *cmapi.CertificateRequest {
 	e.t.Helper()
-	var pending *cmapi.CertificateRequest
-	e.poll("a pending CertificateRequest", func() bool {
+	w, err := e.client.CertmanagerV1().CertificateRequests("ns").Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer w.Stop()
+	timeout := time.After(pollTimeout)
+	for {
 		for _, r := range e.requests() {
 			if !testkit.IsFinished(&r) {
-				pending = r.DeepCopy()
-				return true
+				return r.DeepCopy()
 			}
 		}
-		return false
-	})
-	return pending
+		select {
+		case <-w.ResultChan():
+		case <-timeout:
+			e.t.Fatal("timed out waiting for a pending CertificateRequest")
+		}
+	}
 }
 
 // issuePending signs the pending request with the test CA, valid from the fake clock's now.

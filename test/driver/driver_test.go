@@ -2,6 +2,7 @@ package driver_test
 
 import (
 	"context"
+	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
@@ -38,7 +39,9 @@ const (
 
 // realIssuance fills opts with functions that generate real keys and CSRs and write the key
 // pair into the store, like a real driver.
-func realIssuance(opts *testdriver.Options, store storage.Interface) {
+// It returns a channel that receives the volume ID of every key pair written.
+func realIssuance(opts *testdriver.Options, store storage.Interface) <-chan string {
+	written := make(chan string, 100)
 	opts.Store = store
 	opts.GeneratePrivateKey = testkit.GenerateKey
 	opts.GenerateRequest = func(meta metadata.Metadata) (*manager.CertificateRequestBundle, error) {
@@ -50,7 +53,37 @@ func realIssuance(opts *testdriver.Options, store storage.Interface) {
 		}, nil
 	}
 	opts.SignRequest = testkit.SignCSR
-	opts.WriteKeypair = testkit.KeypairWriter(store)
+	opts.WriteKeypair = testkit.KeypairWriter(store, func(meta metadata.Metadata, _ crypto.PrivateKey, _ []byte) {
+		select {
+		case written <- meta.VolumeID:
+		default:
+		}
+	})
+	return written
+}
+
+// waitWritten waits until a key pair is written for volumeID.
+func waitWritten(t *testing.T, written <-chan string, volumeID string) {
+	t.Helper()
+	timeout := time.After(pollTimeout)
+	for {
+		select {
+		case id := <-written:
+			if id == volumeID {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no key pair written for %s", volumeID)
+		}
+	}
+}
+
+// waitForRequest waits, through a watch, until exactly one CertificateRequest exists.
+func waitForRequest(t *testing.T, opts testdriver.Options) {
+	t.Helper()
+	if _, err := testutil.WaitAndGetOneCertificateRequestInNamespace(ctxWithTimeout(t, pollTimeout), opts.Client, namespace); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func publishRequest(t *testing.T, id string) *csi.NodePublishVolumeRequest {
@@ -250,7 +283,7 @@ func TestNotReadyToRequest(t *testing.T) {
 		store := storage.NewMemoryFS()
 		o := testdriver.Options{ReadyToRequest: gate(&open), ContinueOnNotReady: true,
 			GateBackoffConfig: &wait.Backoff{Duration: 5 * time.Millisecond, Factor: 1, Steps: 1 << 30}}
-		realIssuance(&o, store)
+		written := realIssuance(&o, store)
 		opts, cl, _ := testdriver.Run(t, o)
 		startSigner(t, opts, newCA(t))
 		if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), publishRequest(t, "vol-1")); err != nil {
@@ -264,10 +297,10 @@ func TestNotReadyToRequest(t *testing.T) {
 			t.Fatalf("a request was created while the gate was closed")
 		}
 		open.Store(true)
-		poll(t, "the loop to issue the certificate", func() bool {
-			files, _ := store.ReadFiles("vol-1")
-			return len(files["tls.crt"]) > 0
-		})
+		waitWritten(t, written, "vol-1")
+		if files, _ := store.ReadFiles("vol-1"); len(files["tls.crt"]) == 0 {
+			t.Fatal("no certificate in the volume")
+		}
 	})
 }
 
@@ -340,7 +373,7 @@ func TestConcurrentPublishesOfOneVolume(t *testing.T) {
 			errs <- err
 		}()
 	}
-	poll(t, "a request", func() bool { return countRequests(t, opts) > 0 })
+	waitForRequest(t, opts)
 	startSigner(t, opts, newCA(t))
 	wg.Wait()
 	close(errs)
@@ -498,7 +531,7 @@ func TestRestartDuringFirstIssuanceSweepsTheVolume(t *testing.T) {
 		_, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), publishRequest(t, "vol-1"))
 		publishDone <- err
 	}()
-	poll(t, "the first request", func() bool { return countRequests(t, opts) == 1 })
+	waitForRequest(t, opts)
 	crashable.crash() // the process dies here; the pod is deleted while it is down
 	stop()
 	<-publishDone
@@ -548,16 +581,16 @@ func TestRestartResumesAndRenewsMountedVolume(t *testing.T) {
 	s.stop()
 
 	var o2 testdriver.Options
-	realIssuance(&o2, mem)
+	written := realIssuance(&o2, mem)
 	o2.Client, o2.Clock = client, clk
 	opts2, _, _ := testdriver.Run(t, o2)
 	startSigner(t, opts2, ca)
 	poll(t, "the resumed loop to wait for the due time", func() bool { return clk.HasWaiters() })
 	clk.SetTime(first.NextIssuanceTime.Add(time.Second))
-	poll(t, "the renewal", func() bool {
-		meta, _ := mem.ReadMetadata("vol-1")
-		return meta.NextIssuanceTime != nil && meta.NextIssuanceTime.After(*first.NextIssuanceTime)
-	})
+	waitWritten(t, written, "vol-1")
+	if meta, _ := mem.ReadMetadata("vol-1"); meta.NextIssuanceTime == nil || !meta.NextIssuanceTime.After(*first.NextIssuanceTime) {
+		t.Fatalf("renewal did not advance the next issuance time: %v", meta.NextIssuanceTime)
+	}
 	if meta, _ := mem.ReadMetadata("vol-1"); !meta.Mounted {
 		t.Fatal("renewal cleared mounted")
 	}
@@ -573,19 +606,16 @@ func TestRestartWithUpstreamMetadata(t *testing.T) {
 		}
 	}
 	var o testdriver.Options
-	realIssuance(&o, mem)
+	written := realIssuance(&o, mem)
 	opts, _, _ := testdriver.Run(t, o)
 	startSigner(t, opts, newCA(t))
 	if _, err := mem.ReadMetadata("legacy-unissued"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("upstream volume without nextIssuanceTime was not swept: %v", err)
 	}
 	// The issued one is resumed: it is overdue, so it is renewed at once.
-	poll(t, "the resumed legacy volume to renew", func() bool {
-		meta, _ := mem.ReadMetadata("legacy-issued")
-		return meta.NextIssuanceTime != nil && meta.NextIssuanceTime.After(time.Now())
-	})
+	waitWritten(t, written, "legacy-issued")
 	meta, _ := mem.ReadMetadata("legacy-issued")
-	if !meta.Mounted {
+	if meta.NextIssuanceTime == nil || !meta.NextIssuanceTime.After(time.Now()) || !meta.Mounted {
 		t.Fatal("resumed legacy volume not mounted")
 	}
 }
@@ -603,7 +633,7 @@ func TestBusyVolumeIsAborted(t *testing.T) {
 		_, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req)
 		first <- err
 	}()
-	poll(t, "the first call to submit a request", func() bool { return countRequests(t, opts) == 1 })
+	waitForRequest(t, opts)
 	_, err := cl.NodePublishVolume(ctxWithTimeout(t, 200*time.Millisecond), req)
 	if status.Code(err) != codes.Aborted {
 		t.Fatalf("second call: %v, want Aborted", err)
