@@ -650,3 +650,34 @@ func TestBusyVolumeIsAborted(t *testing.T) {
 		t.Fatal("the aborted calls disturbed the first one")
 	}
 }
+
+// TestFailedRepublishKeepsLiveVolume: a re-publish of a volume whose earlier publish succeeded
+// fails (here: the mount check errors), and the live volume is left exactly as it was.
+func TestFailedRepublishKeepsLiveVolume(t *testing.T) {
+	store := storage.NewMemoryFS()
+	var o testdriver.Options
+	realIssuance(&o, store)
+	opts, cl, _ := testdriver.Run(t, o)
+	startSigner(t, opts, newCA(t))
+	req := publishRequest(t, "vol-1")
+	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := store.ReadFiles("vol-1")
+	opts.Mounter.(*mount.FakeMounter).MountCheckErrors = map[string]error{req.TargetPath: errors.New("stat: transport endpoint is not connected")}
+	_, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req)
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("re-publish with a broken mount check: %v, want Internal", err)
+	}
+	meta, err := store.ReadMetadata("vol-1")
+	if err != nil || !meta.Mounted {
+		t.Fatalf("live volume torn down by a failed re-publish: %+v, %v", meta, err)
+	}
+	after, _ := store.ReadFiles("vol-1")
+	if string(after["tls.crt"]) != string(before["tls.crt"]) {
+		t.Fatal("the live volume's files changed")
+	}
+	if n := countRequests(t, opts); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
+	}
+}
