@@ -19,7 +19,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -146,7 +145,7 @@ func run(o options) error {
 
 	fmt.Fprintf(d.out, "csi-lib demo: %d pods per pass, %v certificates, issuance backoff %v, outage %v\n", o.pods, o.lifetime, o.issueBackoff, o.outage)
 	d.say("starting kube-apiserver and etcd (envtest) with cert-manager's CertificateRequest CRD")
-	crds, err := certManagerCRDs()
+	crds, err := testkit.CertificateRequestCRD()
 	if err != nil {
 		return err
 	}
@@ -715,14 +714,6 @@ func nodeClient(socket string) (csi.NodeClient, error) {
 	c := csi.NewNodeClient(conn)
 	clients.Store(socket, c)
 	return c, nil
-}
-
-func certManagerCRDs() (string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
-	if err != nil {
-		return "", fmt.Errorf("locating the cert-manager module: %w", err)
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds", "cert-manager.io_certificaterequests.yaml"), nil
 }
 
 func printMetrics(w io.Writer, url string) {

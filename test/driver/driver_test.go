@@ -62,6 +62,16 @@ func realIssuance(opts *testdriver.Options, store storage.Interface) <-chan stri
 	return written
 }
 
+// runWithRealIssuance runs the harness on a new MemoryFS with realIssuance and the other fields
+// of o.
+func runWithRealIssuance(t *testing.T, o testdriver.Options) (*storage.MemoryFS, testdriver.Options, csi.NodeClient) {
+	t.Helper()
+	store := storage.NewMemoryFS()
+	realIssuance(&o, store)
+	opts, cl, _ := testdriver.Run(t, o)
+	return store, opts, cl
+}
+
 // waitWritten waits until a key pair is written for volumeID.
 func waitWritten(t *testing.T, written <-chan string, volumeID string) {
 	t.Helper()
@@ -193,10 +203,7 @@ func ctxWithTimeout(t *testing.T, d time.Duration) context.Context {
 }
 
 func TestPublishIssuesMountsAndMarksMounted(t *testing.T) {
-	store := storage.NewMemoryFS()
-	var o testdriver.Options
-	realIssuance(&o, store)
-	opts, cl, _ := testdriver.Run(t, o)
+	store, opts, cl := runWithRealIssuance(t, testdriver.Options{})
 	startSigner(t, opts, newCA(t))
 
 	req := publishRequest(t, "vol-1")
@@ -263,10 +270,7 @@ func TestNotReadyToRequest(t *testing.T) {
 	}
 	t.Run("ContinueOnNotReady off fails with upstream's message and leaves nothing", func(t *testing.T) {
 		var open atomic.Bool
-		store := storage.NewMemoryFS()
-		o := testdriver.Options{ReadyToRequest: gate(&open)}
-		realIssuance(&o, store)
-		opts, cl, _ := testdriver.Run(t, o)
+		store, opts, cl := runWithRealIssuance(t, testdriver.Options{ReadyToRequest: gate(&open)})
 		_, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), publishRequest(t, "vol-1"))
 		if status.Code(err) != codes.Unknown || status.Convert(err).Message() != "volume is not yet ready to be setup, will be retried: pod has no IP" {
 			t.Fatalf("error = %v", err)
@@ -305,10 +309,7 @@ func TestNotReadyToRequest(t *testing.T) {
 }
 
 func TestBadInputIsInvalidArgumentAndWritesNothing(t *testing.T) {
-	store := storage.NewMemoryFS()
-	var o testdriver.Options
-	realIssuance(&o, store)
-	opts, cl, _ := testdriver.Run(t, o)
+	store, opts, cl := runWithRealIssuance(t, testdriver.Options{})
 	tests := []struct {
 		name   string
 		mutate func(*csi.NodePublishVolumeRequest)
@@ -352,10 +353,7 @@ func TestBadInputIsInvalidArgumentAndWritesNothing(t *testing.T) {
 }
 
 func TestConcurrentPublishesOfOneVolume(t *testing.T) {
-	store := storage.NewMemoryFS()
-	var o testdriver.Options
-	realIssuance(&o, store)
-	opts, cl, _ := testdriver.Run(t, o)
+	store, opts, cl := runWithRealIssuance(t, testdriver.Options{})
 	req := publishRequest(t, "vol-1")
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -394,10 +392,7 @@ func TestConcurrentPublishesOfOneVolume(t *testing.T) {
 // its clean-up runs while kubelet's retry arrives. The retry must wait for the clean-up and
 // then see a clean slate.
 func TestTimedOutPublishThenRetry(t *testing.T) {
-	store := storage.NewMemoryFS()
-	var o testdriver.Options
-	realIssuance(&o, store)
-	opts, cl, _ := testdriver.Run(t, o)
+	store, opts, cl := runWithRealIssuance(t, testdriver.Options{})
 	req := publishRequest(t, "vol-1")
 	_, err := cl.NodePublishVolume(ctxWithTimeout(t, 300*time.Millisecond), req)
 	if code := status.Code(err); code != codes.DeadlineExceeded {
@@ -418,10 +413,7 @@ func TestTimedOutPublishThenRetry(t *testing.T) {
 }
 
 func TestUnpublish(t *testing.T) {
-	store := storage.NewMemoryFS()
-	var o testdriver.Options
-	realIssuance(&o, store)
-	opts, cl, _ := testdriver.Run(t, o)
+	store, opts, cl := runWithRealIssuance(t, testdriver.Options{})
 	startSigner(t, opts, newCA(t))
 	ctx := ctxWithTimeout(t, pollTimeout)
 	if _, err := cl.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "unknown", TargetPath: t.TempDir() + "/nope"}); err != nil {
@@ -623,10 +615,7 @@ func TestRestartWithUpstreamMetadata(t *testing.T) {
 // TestBusyVolumeIsAborted: a call that cannot get the volume before its own deadline, because an
 // earlier call still holds it, gets Aborted and changes nothing.
 func TestBusyVolumeIsAborted(t *testing.T) {
-	store := storage.NewMemoryFS()
-	var o testdriver.Options
-	realIssuance(&o, store)
-	opts, cl, _ := testdriver.Run(t, o)
+	store, opts, cl := runWithRealIssuance(t, testdriver.Options{})
 	req := publishRequest(t, "vol-1")
 	first := make(chan error, 1)
 	go func() {
@@ -654,10 +643,7 @@ func TestBusyVolumeIsAborted(t *testing.T) {
 // TestFailedRepublishKeepsLiveVolume: a re-publish of a volume whose earlier publish succeeded
 // fails (here: the mount check errors), and the live volume is left exactly as it was.
 func TestFailedRepublishKeepsLiveVolume(t *testing.T) {
-	store := storage.NewMemoryFS()
-	var o testdriver.Options
-	realIssuance(&o, store)
-	opts, cl, _ := testdriver.Run(t, o)
+	store, opts, cl := runWithRealIssuance(t, testdriver.Options{})
 	startSigner(t, opts, newCA(t))
 	req := publishRequest(t, "vol-1")
 	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req); err != nil {

@@ -17,9 +17,6 @@ package integration
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cert-manager/csi-lib/internal/testkit"
 )
 
 var (
@@ -44,14 +43,14 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run these tests with `make integration`")
 		return 1
 	}
-	crdDir, err := certManagerCRDDir()
+	crd, err := testkit.CertificateRequestCRD()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	env := &envtest.Environment{
 		CRDInstallOptions: envtest.CRDInstallOptions{
-			Paths:              []string{filepath.Join(crdDir, "cert-manager.io_certificaterequests.yaml")},
+			Paths:              []string{crd},
 			ErrorIfPathMissing: true,
 		},
 		ControlPlaneStartTimeout: 60 * time.Second,
@@ -71,17 +70,4 @@ func run(m *testing.M) int {
 	kube = kubernetes.NewForConfigOrDie(restConfig)
 	cm = cmclient.NewForConfigOrDie(restConfig)
 	return m.Run()
-}
-
-// certManagerCRDDir finds deploy/crds in the cert-manager module this module requires.
-func certManagerCRDDir() (string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
-	if err != nil {
-		return "", fmt.Errorf("locating the cert-manager module: %w", err)
-	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
-	if _, err := os.Stat(dir); err != nil {
-		return "", fmt.Errorf("cert-manager CRDs: %w", err)
-	}
-	return dir, nil
 }
