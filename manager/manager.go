@@ -216,7 +216,8 @@ func (m *Manager) register(id string, meta metadata.Metadata) (*volume, bool) {
 func (m *Manager) startLoop(v *volume, first *error, known *metadata.Metadata) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.volumes[v.id] != v || v.loopStarted {
+	if m.stopped || m.volumes[v.id] != v || v.loopStarted {
+		// Never start a goroutine after Stop has waited for them all.
 		return false
 	}
 	v.loopStarted = true
