@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -665,5 +666,31 @@ func TestFailedRepublishKeepsLiveVolume(t *testing.T) {
 	}
 	if n := countRequests(t, opts); n != 1 {
 		t.Fatalf("%d requests, want 1", n)
+	}
+}
+
+// TestStopLeavesNoGoroutines: after the stop function returns, the manager's loops, its
+// informer and the gRPC server are gone.
+func TestStopLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	store := storage.NewMemoryFS()
+	var o testdriver.Options
+	realIssuance(&o, store)
+	opts, cl, stop := testdriver.Run(t, o)
+	signer := startSigner(t, opts, newCA(t))
+	for _, id := range []string{"vol-1", "vol-2", "vol-3"} {
+		if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), publishRequest(t, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signer.stop()
+	stop()
+	deadline := time.Now().Add(pollTimeout)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines after stop, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
