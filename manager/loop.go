@@ -154,9 +154,10 @@ func (m *Manager) attemptLocked(ctx context.Context, v *volume, release func()) 
 	default:
 	}
 	ctx, cancel := m.attemptContext(ctx, v)
-	defer cancel()
-
 	err := m.issue(ctx, v)
+	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
+	// sees the outcome never sees the attempt's timer still pending.
+	cancel()
 	switch {
 	case err == nil:
 		v.log.V(2).Info("Certificate issued")
