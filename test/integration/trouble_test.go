@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	authv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -102,6 +103,7 @@ func TestIssuanceBacksOffWhileTheAPIRefuses(t *testing.T) {
 	poll(t, "the second refused attempt", func() bool { return errorsTotal() == base+2 && clk.HasWaiters() })
 	// The API recovers: the next attempt, 60 s later, succeeds.
 	grantCertificateRequests(t, ns, "create", userSubject, "create")
+	waitAllowedToCreate(t, user, ns)
 	clk.Step(60 * time.Second)
 	poll(t, "issuance after the API recovered", func() bool {
 		meta, _ := n.store.ReadMetadata("csi-trouble")
@@ -155,6 +157,19 @@ func tokenContext(t *testing.T, token string) string {
 	return string(b)
 }
 
+// waitAllowedToCreate waits until the apiserver's authorizer lets user create
+// CertificateRequests in ns: RBAC changes reach it asynchronously.
+func waitAllowedToCreate(t *testing.T, user, ns string) {
+	t.Helper()
+	poll(t, "the authorizer to allow "+user+" to create", func() bool {
+		sar, err := kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User:               user,
+			ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "cert-manager.io", Resource: "certificaterequests"},
+		}}, metav1.CreateOptions{})
+		return err == nil && sar.Status.Allowed
+	})
+}
+
 // grantClusterWide lets subject use CertificateRequests in every namespace with the given verbs.
 func grantClusterWide(t *testing.T, name string, subject rbacv1.Subject, verbs ...string) {
 	t.Helper()
@@ -182,6 +197,7 @@ func TestTokenRequestClient(t *testing.T) {
 	allowed := serviceAccountToken(t, ns, "pod-sa")
 	refused := serviceAccountToken(t, ns, "other-sa")
 	grantCertificateRequests(t, ns, "pod-sa-create", rbacv1.Subject{Kind: "ServiceAccount", Name: "pod-sa", Namespace: ns}, "create")
+	waitAllowedToCreate(t, "system:serviceaccount:"+ns+":pod-sa", ns)
 
 	n := startNode(t, nodeConfig{baseDir: t.TempDir(), managerOpts: func(o *manager.Options) {
 		o.ClientForMetadata = managerutil.ClientForMetadataTokenRequestEmptyAud(restConfig)
