@@ -42,6 +42,11 @@ func (c *recordingClock) NewTimer(d time.Duration) clock.Timer {
 	return c.FakeClock.NewTimer(d)
 }
 
+func (c *recordingClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	c.timers <- d
+	return c.FakeClock.AfterFunc(d, f)
+}
+
 const pollTimeout = 10 * time.Second
 
 // env is one manager on a fake clientset, a MemoryFS, and a recording fake clock.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
 )
@@ -180,16 +182,23 @@ func (m *Manager) attemptLocked(ctx context.Context, v *volume, release func()) 
 func (m *Manager) attemptContext(parent context.Context, v *volume) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	stopWithVolume := context.AfterFunc(v.ctx, func() { cancel(errStopped) })
-	t := m.clock.NewTimer(issueTimeout)
-	go func() {
-		select {
-		case <-t.C():
-			cancel(errAttemptTimeout)
-		case <-ctx.Done():
-		}
-	}()
+	var stopTimer func() bool
+	if dc, ok := m.clock.(clock.WithDelayedExecution); ok {
+		// No goroutine per attempt: the clock calls back when the deadline passes.
+		stopTimer = dc.AfterFunc(issueTimeout, func() { cancel(errAttemptTimeout) }).Stop
+	} else {
+		t := m.clock.NewTimer(issueTimeout)
+		stopTimer = t.Stop
+		go func() {
+			select {
+			case <-t.C():
+				cancel(errAttemptTimeout)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	return ctx, func() {
-		t.Stop()
+		stopTimer()
 		stopWithVolume()
 		cancel(nil)
 	}

@@ -13,6 +13,8 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
@@ -460,5 +462,36 @@ func TestOptionsDefaultsAndValidation(t *testing.T) {
 func TestDefaultNextIssuanceTime(t *testing.T) {
 	if _, err := defaultNextIssuanceTime([]byte("not pem")); err == nil {
 		t.Fatal("garbage accepted")
+	}
+}
+
+// TestAttemptDeadlineOnEitherClock: the 60 s attempt deadline runs on the injected clock,
+// whether or not it offers AfterFunc.
+func TestAttemptDeadlineOnEitherClock(t *testing.T) {
+	type plainClock struct{ clock.Clock } // hides AfterFunc
+	for name, wrap := range map[string]func(*testclock.FakeClock) clock.Clock{
+		"with AfterFunc":    func(f *testclock.FakeClock) clock.Clock { return f },
+		"without AfterFunc": func(f *testclock.FakeClock) clock.Clock { return plainClock{f} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			fc := testclock.NewFakeClock(start)
+			m := &Manager{clock: wrap(fc)}
+			v := &volume{ctx: context.Background()}
+			ctx, cancel := m.attemptContext(context.Background(), v)
+			defer cancel()
+			fc.Step(issueTimeout - time.Millisecond)
+			if ctx.Err() != nil {
+				t.Fatal("attempt ended before its deadline")
+			}
+			fc.Step(time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-time.After(pollTimeout):
+				t.Fatal("attempt did not end at its deadline")
+			}
+			if !errors.Is(context.Cause(ctx), errAttemptTimeout) {
+				t.Fatalf("cause = %v", context.Cause(ctx))
+			}
+		})
 	}
 }
