@@ -2,15 +2,13 @@
 // NodePublishVolume request that created it, when its certificate is next due, and whether a
 // publish of it has ever succeeded.
 //
-// The JSON form is persisted by the storage package and must keep loading across versions.
-// Metadata written before the Mounted field existed has no "mounted" key; decoding treats such a
-// volume as mounted exactly when NextIssuanceTime is set (upstream's old rule), so that an
-// upgrade neither drops live volumes nor resurrects dead ones. That rule lives in
-// (*Metadata).UnmarshalJSON, the one place every store decodes through.
+// json.Marshal of a Metadata gives upstream csi-lib's bytes exactly while Mounted is false (the
+// "mounted" key is omitted then), so drivers' tests that compare metadata bytes keep passing.
+// A JSON round trip is lossless. How a store tells a volume mounted before this field existed
+// (no "mounted" key on disk) is the store's business: see package storage.
 package metadata
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -39,31 +37,9 @@ type Metadata struct {
 	VolumeMountGroup string `json:"volumeMountGroup,omitempty"`
 
 	// Mounted is true once a NodePublishVolume call for this volume has succeeded. It only ever
-	// goes from false to true. It is always written, so that an absent key identifies metadata
-	// written before this field existed.
-	Mounted bool `json:"mounted"`
-}
-
-// UnmarshalJSON decodes metadata, applying the upgrade rule for files without a "mounted" key:
-// such a volume counts as mounted exactly when NextIssuanceTime is set.
-func (m *Metadata) UnmarshalJSON(data []byte) error {
-	// plain has Metadata's fields but not its methods, so decoding into it does not recurse.
-	type plain Metadata
-	var aux struct {
-		plain
-		// Mounted shadows plain.Mounted (a shallower field wins) so an absent key is visible.
-		Mounted *bool `json:"mounted"`
-	}
-	if err := json.Unmarshal(data, &aux); err != nil {
-		return err
-	}
-	*m = Metadata(aux.plain)
-	if aux.Mounted != nil {
-		m.Mounted = *aux.Mounted
-	} else {
-		m.Mounted = m.NextIssuanceTime != nil
-	}
-	return nil
+	// goes from false to true in a volume's life. It is omitted from the JSON while false, so
+	// that the bytes equal upstream's; the Filesystem store writes it explicitly on disk.
+	Mounted bool `json:"mounted,omitempty"`
 }
 
 // FromNodePublishVolumeRequest builds the metadata of a new volume from a publish request: volume
@@ -81,13 +57,16 @@ func FromNodePublishVolumeRequest(request *csi.NodePublishVolumeRequest) Metadat
 // Redacted is the value that replaces secrets in log output.
 const Redacted = "[REDACTED]"
 
-// MarshalLog implements logr.Marshaler: loggers print a copy of the metadata whose
-// service-account token value is replaced by "[REDACTED]".
+// MarshalLog implements logr.Marshaler: loggers print the metadata with its service-account
+// token value replaced by "[REDACTED]". Without a token it returns m itself (same map); with one
+// it returns a copy whose volume context is a new map, so m is never modified. Loggers call
+// MarshalLog once, so returning a Metadata does not recurse.
 func (m Metadata) MarshalLog() any {
-	type plain Metadata // without methods, so a logger does not call MarshalLog again
-	out := plain(m)
-	out.VolumeContext = RedactVolumeContext(m.VolumeContext)
-	return out
+	if _, ok := m.VolumeContext[SATokenVolumeContextKey]; !ok {
+		return m
+	}
+	m.VolumeContext = RedactVolumeContext(m.VolumeContext)
+	return m
 }
 
 // RedactVolumeContext returns a copy of a volume context with the service-account token value

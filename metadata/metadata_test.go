@@ -2,7 +2,7 @@ package metadata
 
 import (
 	"encoding/json"
-	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,91 +11,68 @@ import (
 	"github.com/go-logr/logr/funcr"
 )
 
-func TestDecodeMountedRule(t *testing.T) {
+// TestJSONBytesAreUpstreams pins json.Marshal output byte for byte: drivers' tests compare it.
+func TestJSONBytesAreUpstreams(t *testing.T) {
+	nit := time.Date(1970, 1, 3, 0, 0, 0, 0, time.UTC)
+	nanos := time.Date(2024, 5, 1, 10, 20, 30, 123456789, time.UTC)
+	zero := time.Time{}
 	tests := []struct {
-		name        string
-		json        string
-		wantMounted bool
+		name string
+		meta Metadata
+		want string
 	}{
-		{"legacy with next issuance time", `{"volumeID":"a","targetPath":"/t","nextIssuanceTime":"2024-01-01T00:00:00Z"}`, true},
-		{"legacy without next issuance time", `{"volumeID":"a","targetPath":"/t"}`, false},
-		{"explicit false wins over issuance time", `{"volumeID":"a","targetPath":"/t","nextIssuanceTime":"2024-01-01T00:00:00Z","mounted":false}`, false},
-		{"explicit true without issuance time", `{"volumeID":"a","targetPath":"/t","mounted":true}`, true},
-		{"null counts as absent", `{"volumeID":"a","targetPath":"/t","mounted":null}`, false},
+		{"empty", Metadata{}, `{"volumeID":"","targetPath":""}`},
+		{"csi-driver's writer test", Metadata{
+			VolumeID: "vol-id", TargetPath: "/target-path", NextIssuanceTime: &nit,
+			VolumeContext: map[string]string{"csi.cert-manager.io/issuer-name": "ca-issuer"},
+		}, `{"volumeID":"vol-id","targetPath":"/target-path","nextIssuanceTime":"1970-01-03T00:00:00Z","volumeContext":{"csi.cert-manager.io/issuer-name":"ca-issuer"}}`},
+		{"nanoseconds, sorted keys, group", Metadata{
+			VolumeID: "v", TargetPath: "/t", NextIssuanceTime: &nanos,
+			VolumeContext: map[string]string{"b": "2", "a": "1"}, VolumeMountGroup: "2000",
+		}, `{"volumeID":"v","targetPath":"/t","nextIssuanceTime":"2024-05-01T10:20:30.123456789Z","volumeContext":{"a":"1","b":"2"},"volumeMountGroup":"2000"}`},
+		{"zero time is kept", Metadata{VolumeID: "v", NextIssuanceTime: &zero},
+			`{"volumeID":"v","targetPath":"","nextIssuanceTime":"0001-01-01T00:00:00Z"}`},
+		{"empty context omitted", Metadata{VolumeID: "v", VolumeContext: map[string]string{}},
+			`{"volumeID":"v","targetPath":""}`},
+		{"HTML escaping", Metadata{VolumeID: "v", TargetPath: "/a<b>&c"},
+			`{"volumeID":"v","targetPath":"/a\u003cb\u003e\u0026c"}`},
+		{"mounted is appended when true", Metadata{VolumeID: "v", TargetPath: "/t", Mounted: true},
+			`{"volumeID":"v","targetPath":"/t","mounted":true}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var m Metadata
-			if err := json.Unmarshal([]byte(tc.json), &m); err != nil {
-				t.Fatal(err)
-			}
-			if m.Mounted != tc.wantMounted {
-				t.Errorf("Mounted = %v, want %v", m.Mounted, tc.wantMounted)
-			}
-			if m.VolumeID != "a" || m.TargetPath != "/t" {
-				t.Errorf("other fields not decoded: %+v", m)
-			}
-		})
-	}
-}
-
-func TestDecodeRejectsGarbage(t *testing.T) {
-	var m Metadata
-	if err := json.Unmarshal([]byte(`{"volumeID":`), &m); err == nil {
-		t.Fatal("expected an error for truncated JSON")
-	}
-	if err := json.Unmarshal([]byte(`{"mounted":"yes"}`), &m); err == nil {
-		t.Fatal("expected an error for a non-boolean mounted")
-	}
-}
-
-func TestUpstreamFiles(t *testing.T) {
-	tests := []struct {
-		file        string
-		wantMounted bool
-		wantNIT     bool
-		wantGroup   string
-	}{
-		{"testdata/upstream-issued.json", true, true, ""},
-		{"testdata/upstream-never-issued.json", false, false, "2000"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.file, func(t *testing.T) {
-			raw, err := os.ReadFile(tc.file)
+			got, err := json.Marshal(tc.meta)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var m Metadata
-			if err := json.Unmarshal(raw, &m); err != nil {
-				t.Fatal(err)
-			}
-			if m.Mounted != tc.wantMounted || (m.NextIssuanceTime != nil) != tc.wantNIT || m.VolumeMountGroup != tc.wantGroup {
-				t.Errorf("decoded %+v", m)
-			}
-			if m.VolumeContext["csi.storage.k8s.io/ephemeral"] != "true" {
-				t.Errorf("volume context not decoded: %v", m.VolumeContext)
+			if string(got) != tc.want {
+				t.Errorf("json.Marshal =\n  %s\nwant\n  %s", got, tc.want)
 			}
 		})
 	}
 }
 
-func TestMountedAlwaysWritten(t *testing.T) {
-	raw, err := json.Marshal(Metadata{VolumeID: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(raw), `"mounted":false`) {
-		t.Fatalf("mounted key missing from %s", raw)
-	}
-	// A round trip keeps an explicit false even with an issuance time set.
+// TestJSONRoundTripIsLossless: the type's own decoding applies no legacy rule (that is the
+// Filesystem store's), so what goes in comes out.
+func TestJSONRoundTripIsLossless(t *testing.T) {
 	nit := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	raw, _ = json.Marshal(Metadata{VolumeID: "a", NextIssuanceTime: &nit})
-	var back Metadata
-	if err := json.Unmarshal(raw, &back); err != nil {
-		t.Fatal(err)
-	}
-	if back.Mounted {
-		t.Fatal("round trip turned mounted on")
+	for _, m := range []Metadata{
+		{VolumeID: "a", NextIssuanceTime: &nit},
+		{VolumeID: "a", NextIssuanceTime: &nit, Mounted: true},
+		{VolumeID: "a", Mounted: true},
+		{VolumeID: "a"},
+	} {
+		raw, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Metadata
+		if err := json.Unmarshal(raw, &back); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back, m) {
+			t.Errorf("round trip of %s gave %+v, want %+v", raw, back, m)
+		}
 	}
 }
 
@@ -115,6 +92,32 @@ func TestFromNodePublishVolumeRequest(t *testing.T) {
 	if m.NextIssuanceTime != nil || m.Mounted {
 		t.Errorf("new metadata must be unissued and unmounted: %+v", m)
 	}
+	// Upstream uses the request's own map, not a copy.
+	req.VolumeContext["a"] = "changed"
+	if m.VolumeContext["a"] != "changed" {
+		t.Error("volume context was copied; upstream shares the request's map")
+	}
+}
+
+func TestMarshalLogReturnsMetadata(t *testing.T) {
+	plain := Metadata{VolumeID: "v", VolumeContext: map[string]string{"csi.storage.k8s.io/pod.name": "p"}}
+	got, ok := plain.MarshalLog().(Metadata)
+	if !ok {
+		t.Fatalf("MarshalLog returned %T, want metadata.Metadata", plain.MarshalLog())
+	}
+	if reflect.ValueOf(got.VolumeContext).Pointer() != reflect.ValueOf(plain.VolumeContext).Pointer() {
+		t.Error("without a token MarshalLog must return the receiver's own map")
+	}
+
+	withToken := Metadata{VolumeID: "v", VolumeContext: map[string]string{SATokenVolumeContextKey: "secret", "x": "y"}}
+	got = withToken.MarshalLog().(Metadata)
+	want := map[string]string{SATokenVolumeContextKey: Redacted, "x": "y"}
+	if !reflect.DeepEqual(got.VolumeContext, want) {
+		t.Errorf("redacted context = %v, want %v", got.VolumeContext, want)
+	}
+	if withToken.VolumeContext[SATokenVolumeContextKey] != "secret" {
+		t.Error("MarshalLog modified the original map")
+	}
 }
 
 func TestMarshalLogRedactsToken(t *testing.T) {
@@ -131,8 +134,5 @@ func TestMarshalLogRedactsToken(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), Redacted) || !strings.Contains(out.String(), "pod-a") {
 		t.Fatalf("expected redacted token and other context in %s", out.String())
-	}
-	if !strings.Contains(m.VolumeContext[SATokenVolumeContextKey], secret) {
-		t.Fatal("MarshalLog modified the original metadata")
 	}
 }

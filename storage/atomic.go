@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,20 +61,20 @@ const (
 )
 
 // projectFiles makes files the complete content of dir, kubelet-style, so that a reader going
-// through dir never sees a key of one issuance beside a chain of another:
+// through dir never sees a key of one issuance beside a chain of another. Names are cleaned
+// relative paths (cleanFilePath); a sub-path's first element is the visible name.
 //  1. write every file (mode 0440, group gid if set) into a new hidden directory
-//     "..<timestamp>.<random>" inside dir and fsync it;
+//     "..<timestamp>.<random>" inside dir (sub-directories 0755) and fsync it;
 //  2. point a temporary symlink at that directory and rename it over "..data" (one atomic
 //     rename(2) switches every file at once);
-//  3. make each visible name a symlink "name -> ..data/name" (created once, then left alone);
+//  3. make each visible name a symlink "name -> ..data/name" (created once, then left alone;
+//     a regular file of an older layout at that name is replaced);
 //  4. remove visible names that are no longer in the set, and older generations.
 //
+// Temporary names are short and fixed in length, so every name that passed validation fits.
 // Callers serialise calls for one directory. A crash before step 2 leaves an unused generation
-// that the next call removes; after it, the new set is in place.
+// that the next call (or the start-up sweep) removes; after it, the new set is in place.
 func projectFiles(dir string, files map[string][]byte, gid *int64) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	// Step 1.
 	genDir, err := os.MkdirTemp(dir, generationPrefix+time.Now().UTC().Format("2006_01_02_15_04_05.")+"*")
 	if err != nil {
@@ -84,14 +85,23 @@ func projectFiles(dir string, files map[string][]byte, gid *int64) error {
 		_ = os.RemoveAll(genDir)
 		return err
 	}
+	visible := make(map[string]bool, len(files))
 	for name, content := range files {
+		first, _, nested := strings.Cut(name, "/")
+		visible[first] = true
+		if nested {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(genDir, name)), generationMode); err != nil {
+				return fail(err)
+			}
+		}
 		if err := writeGenerationFile(filepath.Join(genDir, name), content, gid); err != nil {
 			return fail(err)
 		}
 	}
-	if err := os.Chmod(genDir, 0o755); err != nil {
+	if err := os.Chmod(genDir, generationMode); err != nil {
 		return fail(err)
 	}
+	// Grouping the generation directory too is a kept difference from upstream (COMPAT §9.5).
 	if err := chgrp(genDir, gid); err != nil {
 		return fail(err)
 	}
@@ -106,7 +116,7 @@ func projectFiles(dir string, files map[string][]byte, gid *int64) error {
 		return fail(err)
 	}
 	// Step 3.
-	for name := range files {
+	for name := range visible {
 		target := filepath.Join(dataLinkName, name)
 		if cur, err := os.Readlink(filepath.Join(dir, name)); err == nil && cur == target {
 			continue
@@ -119,6 +129,12 @@ func projectFiles(dir string, files map[string][]byte, gid *int64) error {
 		return err
 	}
 	// Step 4.
+	return removeStale(dir, gen, visible)
+}
+
+// removeStale removes from a data directory every generation but gen, leftover temporary
+// links, and visible names not in keep (nil keeps every visible name).
+func removeStale(dir, gen string, keep map[string]bool) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
@@ -131,11 +147,9 @@ func projectFiles(dir string, files map[string][]byte, gid *int64) error {
 			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 				return err
 			}
-		default:
-			if _, keep := files[name]; !keep {
-				if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-					return err
-				}
+		case keep != nil && !keep[name]:
+			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+				return err
 			}
 		}
 	}
@@ -158,7 +172,7 @@ func writeGenerationFile(path string, content []byte, gid *int64) error {
 		err = chgrp(path, gid)
 	}
 	if err == nil {
-		err = os.Chmod(path, 0o440)
+		err = os.Chmod(path, projectFileMode)
 	}
 	return err
 }
@@ -174,10 +188,10 @@ func chgrp(path string, gid *int64) error {
 }
 
 // replaceSymlink atomically makes dir/name a symlink to target, replacing whatever was there
-// (including a regular file written by an older layout).
+// (including a regular file written by an older layout). The temporary link has a short random
+// name, so a name of any valid length works.
 func replaceSymlink(dir, name, target string) error {
-	tmp := filepath.Join(dir, generationPrefix+"tmp-"+name)
-	_ = os.Remove(tmp)
+	tmp := filepath.Join(dir, fmt.Sprintf("%stmp-%08x", generationPrefix, rand.Uint32()))
 	if err := os.Symlink(target, tmp); err != nil {
 		return fmt.Errorf("creating symlink for %s: %w", name, err)
 	}

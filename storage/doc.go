@@ -3,20 +3,30 @@
 //
 // Two implementations of Interface are provided. Filesystem is the production store: one
 // directory per volume on a tmpfs, so that private keys never reach a disk. MemoryFS keeps
-// everything in memory and is meant for tests.
+// everything in memory and is meant for tests; it behaves as upstream csi-lib's fake (a map of
+// files per volume with "metadata.json" among them, bare sentinel errors), because drivers'
+// own tests compare what it returns.
 //
 // Both stores guarantee:
-//   - Every entry point validates the volume ID (ValidateVolumeID): nothing outside the store's
-//     base directory can be named, and invalid input changes nothing.
-//   - Metadata writes are atomic: a reader sees the old or the new metadata, never a torn file,
-//     even across a crash (Filesystem: temporary file, fsync, rename).
-//   - Data writes are atomic as a set: key, chain and CA of one issuance are swapped in together
-//     (Filesystem: a kubelet-style "..data" symlink projection).
+//   - Every entry point validates the volume ID (ValidateVolumeID): nothing outside the store
+//     can be named, and invalid input changes nothing.
 //   - Mounted never goes back to false: a WriteMetadata that carries a stale copy with
-//     Mounted false keeps the stored true, and RegisterMetadata on an existing volume keeps the
-//     stored NextIssuanceTime and Mounted.
-//   - Writers of one volume are serialised; different volumes do not contend.
+//     Mounted false keeps the stored true, and RegisterMetadata keeps it too. SetMounted
+//     (MountRecorder) records a successful publish as one atomic read-modify-write, so it can
+//     never overwrite a NextIssuanceTime written a moment before.
 //   - ListVolumes and ReadMetadata never modify anything.
+//
+// Filesystem also guarantees:
+//   - Metadata writes are atomic: a reader sees the old or the new metadata, never a torn file,
+//     even across a crash (temporary file, fsync, rename, directory fsync).
+//   - Data writes are atomic as a set: key, chain and CA of one issuance are swapped in together
+//     through a kubelet-style "..data" symlink projection; names follow kubelet's rules and are
+//     all checked before anything is written.
+//   - On disk, metadata carries an explicit "mounted" key. A file without it was written by
+//     upstream (before an upgrade, or after a rollback) and is read by upstream's rule: mounted
+//     exactly when nextIssuanceTime is present.
+//   - Writers of one volume are serialised; different volumes do not contend. No symlink put in
+//     place of a volume directory, data directory or "..data" leads outside the base directory.
 //
 // At start-up, before the driver serves, Sweep removes what a crash or a missed
 // NodeUnpublishVolume left behind: directories without metadata, and volumes whose publish

@@ -1,9 +1,9 @@
 package storage
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -21,6 +21,15 @@ const (
 	inMemoryDirName  = "inmemfs"
 	metadataFileName = "metadata.json"
 	dataDirName      = "data"
+
+	// Modes as upstream: the volume directory has no x bits (only root, which the driver is,
+	// enters it), the data directory is readable by its group (the fsGroup) and nobody else.
+	rootDirMode     = 0o700
+	volumeDirMode   = 0o644
+	dataDirMode     = 0o550
+	metadataMode    = 0o600
+	generationMode  = 0o755
+	projectFileMode = 0o440
 )
 
 // FilesystemOptions configures NewFilesystemWithOptions. The zero value gives NewFilesystem's
@@ -40,7 +49,8 @@ type FilesystemOptions struct {
 }
 
 // Filesystem stores volumes in directories under <baseDir>/inmemfs/<volumeID>/, each with a
-// metadata.json and a data/ directory that is bind-mounted into the pod.
+// metadata.json and a data/ directory that is bind-mounted into the pod. The process must run
+// as root (as upstream's): volume directories have mode 0644 and data directories 0550.
 //
 // Metadata is written atomically:
 //  1. write the new content to a temporary file in the volume's directory,
@@ -48,22 +58,36 @@ type FilesystemOptions struct {
 //  3. rename it over metadata.json,
 //  4. fsync the directory.
 //
+// On disk, metadata carries an explicit "mounted" key; a file without one was written by
+// upstream csi-lib and is read by upstream's rule (see decodeOnDisk).
+//
 // Data files are projected atomically as a set (see WriteFiles). Writers of one volume are
-// serialised by a per-volume lock; readers take no lock. Filesystem is safe for concurrent use.
+// serialised by a per-volume lock; readers take no lock. A volume directory, data directory or
+// "..data" link that is not what the store made (a symlink put in its place) is refused, so no
+// operation leads outside the base directory. Filesystem is safe for concurrent use, and
+// comparable (its mutable state sits behind one pointer).
 type Filesystem struct {
-	// FSGroupVolumeAttributeKey names a volume attribute whose integer value, when present,
-	// overrides VolumeMountGroup as the group that owns the data directory and files.
+	// FSGroupVolumeAttributeKey names a volume attribute whose integer value, when present and
+	// not empty, overrides VolumeMountGroup as the group that owns the data directory and files.
 	FSGroupVolumeAttributeKey string
 
 	log     logr.Logger
-	root    string // absolute <baseDir>/inmemfs
+	baseDir string // as given, for PathForVolume
+	root    string // absolute <baseDir>/inmemfs, for everything else
 	mounter mount.Interface
-	locks   keylock.Locks
+	state   *filesystemState
+}
 
+// filesystemState is the part of a Filesystem that is not comparable.
+type filesystemState struct {
+	locks        keylock.Locks
 	startupSweep SweepResult
 }
 
-var _ Interface = &Filesystem{}
+var (
+	_ Interface     = &Filesystem{}
+	_ MountRecorder = &Filesystem{}
+)
 
 // NewFilesystem returns a store rooted at <baseDir>/inmemfs, mounting a tmpfs there unless one is
 // already mounted, and sweeps it once (see Sweep). baseDir may be absolute or relative.
@@ -82,10 +106,12 @@ func NewFilesystemWithOptions(log logr.Logger, baseDir string, opts FilesystemOp
 	}
 	f := &Filesystem{
 		log:     log,
+		baseDir: baseDir,
 		root:    filepath.Join(absBase, inMemoryDirName),
 		mounter: opts.Mounter,
+		state:   &filesystemState{},
 	}
-	if err := os.MkdirAll(f.root, 0o700); err != nil {
+	if err := os.MkdirAll(f.root, rootDirMode); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", f.root, err)
 	}
 	if !opts.PlainDirectory {
@@ -94,7 +120,7 @@ func NewFilesystemWithOptions(log logr.Logger, baseDir string, opts FilesystemOp
 		}
 	}
 	if !opts.SkipSweep {
-		f.startupSweep = f.Sweep()
+		f.state.startupSweep = f.Sweep()
 	}
 	return f, nil
 }
@@ -115,21 +141,46 @@ func (f *Filesystem) ensureTmpfs() error {
 }
 
 // StartupSweep returns what the sweep in NewFilesystem did.
-func (f *Filesystem) StartupSweep() SweepResult { return f.startupSweep }
+func (f *Filesystem) StartupSweep() SweepResult { return f.state.startupSweep }
 
 func (f *Filesystem) volumeDir(volumeID string) string { return filepath.Join(f.root, volumeID) }
 
-func (f *Filesystem) metadataPath(volumeID string) string {
-	return filepath.Join(f.root, volumeID, metadataFileName)
+func (f *Filesystem) dataDir(volumeID string) string {
+	return filepath.Join(f.root, volumeID, dataDirName)
 }
 
-// PathForVolume returns <baseDir>/inmemfs/<volumeID>/data, the directory bind-mounted into the
-// pod. It returns "" for an invalid volume ID.
+// checkDir returns an error matching ErrNotFound and fs.ErrNotExist when path does not exist,
+// and errNotDirectory when it is anything but a real directory (a symlink in particular).
+func checkDir(path string) error {
+	st, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: %w (%w)", path, ErrNotFound, fs.ErrNotExist)
+	case err != nil:
+		return err
+	case !st.IsDir():
+		return fmt.Errorf("%s: %w", path, errNotDirectory)
+	}
+	return nil
+}
+
+// openVolume opens the volume's directory as an os.Root: nothing read through it can resolve
+// outside the directory, whatever symlinks a file was replaced by.
+func (f *Filesystem) openVolume(volumeID string) (*os.Root, error) {
+	if err := checkDir(f.volumeDir(volumeID)); err != nil {
+		return nil, err
+	}
+	return os.OpenRoot(f.volumeDir(volumeID))
+}
+
+// PathForVolume returns <baseDir>/inmemfs/<volumeID>/data with baseDir as given to
+// NewFilesystem (a relative baseDir gives a relative path, as upstream). It returns "" for an
+// invalid volume ID.
 func (f *Filesystem) PathForVolume(volumeID string) string {
 	if ValidateVolumeID(volumeID) != nil {
 		return ""
 	}
-	return filepath.Join(f.root, volumeID, dataDirName)
+	return filepath.Join(f.baseDir, inMemoryDirName, volumeID, dataDirName)
 }
 
 // RemoveVolume removes the volume's directory. Removing a missing volume succeeds.
@@ -137,18 +188,20 @@ func (f *Filesystem) RemoveVolume(volumeID string) error {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
 	}
-	unlock := f.locks.LockNoContext(volumeID)
+	unlock := f.state.locks.LockNoContext(volumeID)
 	defer unlock()
+	// RemoveAll does not follow symlinks: a replaced directory only loses the link.
 	return os.RemoveAll(f.volumeDir(volumeID))
 }
 
-// ListVolumes returns the IDs of all volume directories. It never modifies anything.
+// ListVolumes returns the IDs of all volume directories in name order, nil when there are none.
+// Stray files and names that are not valid volume IDs are skipped. It never modifies anything.
 func (f *Filesystem) ListVolumes() ([]string, error) {
 	entries, err := os.ReadDir(f.root)
 	if err != nil {
 		return nil, fmt.Errorf("listing volumes: %w", err)
 	}
-	ids := make([]string, 0, len(entries))
+	var ids []string
 	for _, e := range entries {
 		if e.IsDir() && ValidateVolumeID(e.Name()) == nil {
 			ids = append(ids, e.Name())
@@ -157,7 +210,9 @@ func (f *Filesystem) ListVolumes() ([]string, error) {
 	return ids, nil
 }
 
-// ReadMetadata reads and decodes the volume's metadata.json.
+// ReadMetadata reads and decodes the volume's metadata.json. A missing volume or file gives
+// "reading metadata file: not found" (errors.Is ErrNotFound), undecodable content wraps
+// ErrInvalidJSON.
 func (f *Filesystem) ReadMetadata(volumeID string) (metadata.Metadata, error) {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return metadata.Metadata{}, err
@@ -166,63 +221,95 @@ func (f *Filesystem) ReadMetadata(volumeID string) (metadata.Metadata, error) {
 }
 
 func (f *Filesystem) readMetadata(volumeID string) (metadata.Metadata, error) {
-	raw, err := os.ReadFile(f.metadataPath(volumeID))
-	if errors.Is(err, fs.ErrNotExist) {
-		return metadata.Metadata{}, fmt.Errorf("volume %q: %w", volumeID, ErrNotFound)
+	root, err := f.openVolume(volumeID)
+	if errors.Is(err, ErrNotFound) {
+		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", ErrNotFound)
 	}
 	if err != nil {
-		return metadata.Metadata{}, fmt.Errorf("reading metadata of volume %q: %w", volumeID, err)
+		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", err)
 	}
-	return decodeMetadata(volumeID, raw)
-}
-
-func decodeMetadata(volumeID string, raw []byte) (metadata.Metadata, error) {
-	var meta metadata.Metadata
-	if err := json.Unmarshal(raw, &meta); err != nil {
-		return metadata.Metadata{}, fmt.Errorf("metadata of volume %q: %w: %v", volumeID, ErrInvalidJSON, err)
+	defer root.Close()
+	raw, err := root.ReadFile(metadataFileName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", ErrNotFound)
+	}
+	if err != nil {
+		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", err)
+	}
+	meta, err := decodeOnDisk(raw)
+	if err != nil {
+		return metadata.Metadata{}, fmt.Errorf("reading metadata file of volume %q: %w", volumeID, err)
 	}
 	return meta, nil
 }
 
 // WriteMetadata atomically replaces the metadata of an existing volume, keeping a stored
-// Mounted true.
+// Mounted true. A missing volume directory gives an error matching both fs.ErrNotExist (as
+// upstream's) and ErrNotFound.
 func (f *Filesystem) WriteMetadata(volumeID string, meta metadata.Metadata) error {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
 	}
-	unlock := f.locks.LockNoContext(volumeID)
+	unlock := f.state.locks.LockNoContext(volumeID)
 	defer unlock()
-	stored, err := f.readMetadata(volumeID)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		// A volume directory without metadata is still a volume (half-registered); one with no
-		// directory is not.
-		if _, statErr := os.Stat(f.volumeDir(volumeID)); statErr != nil {
-			return fmt.Errorf("volume %q: %w", volumeID, ErrNotFound)
+	return f.updateMetadata(volumeID, func(stored *metadata.Metadata) metadata.Metadata {
+		if stored != nil && stored.Mounted {
+			meta.Mounted = true
 		}
-	case errors.Is(err, ErrInvalidJSON):
-		// Overwriting a corrupt file with good metadata repairs it.
-	case err != nil:
-		return err
-	default:
-		meta = keepMonotonic(meta, stored)
-	}
-	return f.writeMetadata(volumeID, meta)
+		return meta
+	})
 }
 
-// RegisterMetadata creates the volume if it does not exist, or rewrites its metadata when the
-// volume context changed. Corrupt existing metadata is an error and is left untouched.
+// SetMounted records, in one locked read-modify-write, that the volume's publish succeeded.
+func (f *Filesystem) SetMounted(volumeID string) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	unlock := f.state.locks.LockNoContext(volumeID)
+	defer unlock()
+	stored, err := f.readMetadata(volumeID)
+	if err != nil {
+		return err
+	}
+	if stored.Mounted {
+		return nil
+	}
+	stored.Mounted = true
+	return f.writeMetadata(volumeID, stored)
+}
+
+// updateMetadata writes next(stored) with the volume locked by the caller; stored is nil when
+// the current file is missing or corrupt (a good write repairs it).
+func (f *Filesystem) updateMetadata(volumeID string, next func(stored *metadata.Metadata) metadata.Metadata) error {
+	if err := checkDir(f.volumeDir(volumeID)); err != nil {
+		return fmt.Errorf("writing metadata of volume %q: %w", volumeID, err)
+	}
+	stored, err := f.readMetadata(volumeID)
+	switch {
+	case err == nil:
+		return f.writeMetadata(volumeID, next(&stored))
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidJSON):
+		return f.writeMetadata(volumeID, next(nil))
+	default:
+		return err
+	}
+}
+
+// RegisterMetadata creates the volume if it does not exist (Mounted false) and reports true.
+// For an existing volume with the same volume context it reports false; with a changed one it
+// keeps the stored record and replaces only its VolumeContext, as upstream does. Corrupt
+// existing metadata is an error (wrapping ErrInvalidJSON) and is left untouched.
 func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	if err := ValidateVolumeID(meta.VolumeID); err != nil {
 		return false, err
 	}
-	unlock := f.locks.LockNoContext(meta.VolumeID)
+	unlock := f.state.locks.LockNoContext(meta.VolumeID)
 	defer unlock()
 	stored, err := f.readMetadata(meta.VolumeID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		if err := os.MkdirAll(filepath.Join(f.volumeDir(meta.VolumeID), dataDirName), 0o755); err != nil {
-			return false, fmt.Errorf("creating volume %q: %w", meta.VolumeID, err)
+		if err := f.createVolumeDirs(meta.VolumeID); err != nil {
+			return false, err
 		}
 		meta.Mounted = false
 		if err := f.writeMetadata(meta.VolumeID, meta); err != nil {
@@ -232,22 +319,42 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	case err != nil:
 		return false, err
 	}
-	merged, changed := registerMerge(meta, stored)
-	if !changed {
+	if volumeContextEqual(meta.VolumeContext, stored.VolumeContext) {
 		return false, nil
 	}
-	if err := f.writeMetadata(meta.VolumeID, merged); err != nil {
+	stored.VolumeContext = meta.VolumeContext
+	if err := f.writeMetadata(meta.VolumeID, stored); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
+// createVolumeDirs makes <id>/ and <id>/data with upstream's modes.
+func (f *Filesystem) createVolumeDirs(volumeID string) error {
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{f.volumeDir(volumeID), volumeDirMode}, {f.dataDir(volumeID), dataDirMode}} {
+		if err := os.Mkdir(d.path, d.mode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("creating volume %q: %w", volumeID, err)
+		}
+		if err := checkDir(d.path); err != nil {
+			return fmt.Errorf("creating volume %q: %w", volumeID, err)
+		}
+		// Mkdir's mode passes through the umask; set it exactly.
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return fmt.Errorf("creating volume %q: %w", volumeID, err)
+		}
+	}
+	return nil
+}
+
 func (f *Filesystem) writeMetadata(volumeID string, meta metadata.Metadata) error {
-	raw, err := json.Marshal(meta)
+	raw, err := encodeOnDisk(meta)
 	if err != nil {
 		return fmt.Errorf("encoding metadata of volume %q: %w", volumeID, err)
 	}
-	return writeFileAtomic(f.volumeDir(volumeID), metadataFileName, raw, 0o600)
+	return writeFileAtomic(f.volumeDir(volumeID), metadataFileName, raw, metadataMode)
 }
 
 // ValidateMetadata reports whether WriteFiles would reject meta (an invalid fsGroup).
@@ -260,40 +367,52 @@ func (f *Filesystem) ValidateMetadata(meta metadata.Metadata) error {
 }
 
 // WriteFiles projects files into the volume's data directory atomically as a set; see
-// projectFiles for the steps. Files are 0440; with an fsGroup the directory and files belong to
-// that group.
+// projectFiles for the steps. Names follow kubelet's rules (see cleanFilePath; sub-paths such as
+// "certs/tls.crt" work). Files are 0440; with an fsGroup the data directory and the files belong
+// to that group. Every check happens before anything is written: an error changes nothing. A
+// volume without a directory is an error matching ErrNotFound (upstream would recreate it).
 func (f *Filesystem) WriteFiles(meta metadata.Metadata, files map[string][]byte) error {
 	if err := ValidateVolumeID(meta.VolumeID); err != nil {
 		return err
 	}
-	for name := range files {
-		if err := validateFileName(name); err != nil {
+	cleaned := make(map[string][]byte, len(files))
+	for name, content := range files {
+		clean, err := cleanFilePath(name)
+		if err != nil {
 			return err
 		}
+		cleaned[clean] = content
 	}
 	gid, err := fsGroupOf(meta, f.FSGroupVolumeAttributeKey)
 	if err != nil {
 		return err
 	}
-	unlock := f.locks.LockNoContext(meta.VolumeID)
+	unlock := f.state.locks.LockNoContext(meta.VolumeID)
 	defer unlock()
-	if _, err := os.Stat(f.volumeDir(meta.VolumeID)); err != nil {
-		return fmt.Errorf("volume %q: %w", meta.VolumeID, ErrNotFound)
+	for _, dir := range []string{f.volumeDir(meta.VolumeID), f.dataDir(meta.VolumeID)} {
+		if err := checkDir(dir); err != nil {
+			return fmt.Errorf("writing files of volume %q: %w", meta.VolumeID, err)
+		}
 	}
-	return projectFiles(filepath.Join(f.volumeDir(meta.VolumeID), dataDirName), files, gid)
+	return projectFiles(f.dataDir(meta.VolumeID), cleaned, gid)
 }
 
-// ReadFile reads one data file of a volume, through the current projection.
+// ReadFile reads one data file of a volume through the current projection. name may be a
+// sub-path; nothing outside the data directory is ever read ("..", or symlinks leading out, are
+// not found). Any failure to open gives a bare ErrNotFound, as upstream.
 func (f *Filesystem) ReadFile(volumeID, name string) ([]byte, error) {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return nil, err
+	if ValidateVolumeID(volumeID) != nil || checkDir(f.volumeDir(volumeID)) != nil || checkDir(f.dataDir(volumeID)) != nil {
+		return nil, ErrNotFound
 	}
-	if err := validateFileName(name); err != nil {
-		return nil, err
+	root, err := os.OpenRoot(f.dataDir(volumeID))
+	if err != nil {
+		return nil, ErrNotFound
 	}
-	b, err := os.ReadFile(filepath.Join(f.volumeDir(volumeID), dataDirName, name))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("file %q of volume %q: %w", name, volumeID, ErrNotFound)
+	defer root.Close()
+	file, err := root.Open(name)
+	if err != nil {
+		return nil, ErrNotFound
 	}
-	return b, err
+	defer file.Close()
+	return io.ReadAll(file)
 }

@@ -17,6 +17,10 @@ import (
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
+func (f *Filesystem) metadataPath(id string) string {
+	return filepath.Join(f.root, id, metadataFileName)
+}
+
 func newPlainFilesystem(t *testing.T, base string) *Filesystem {
 	t.Helper()
 	fs, err := NewFilesystemWithOptions(testr.New(t), base, FilesystemOptions{PlainDirectory: true, Mounter: mount.NewFakeMounter(nil)})
@@ -63,10 +67,11 @@ func TestFilesystemRelativeBaseDir(t *testing.T) {
 	if err := fs.WriteFiles(testMeta("v1"), map[string][]byte{"tls.crt": []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	want := filepath.Join(dir, "relative/base/inmemfs/v1/data")
-	if got := fs.PathForVolume("v1"); got != want {
-		t.Fatalf("PathForVolume = %q, want %q", got, want)
+	// As upstream: PathForVolume joins the base directory as given, so it stays relative.
+	if got := fs.PathForVolume("v1"); got != "relative/base/inmemfs/v1/data" {
+		t.Fatalf("PathForVolume = %q, want relative/base/inmemfs/v1/data", got)
 	}
+	want := filepath.Join(dir, "relative/base/inmemfs/v1/data")
 	if b, err := os.ReadFile(filepath.Join(want, "tls.crt")); err != nil || string(b) != "x" {
 		t.Fatalf("file at absolute path = %q, %v", b, err)
 	}

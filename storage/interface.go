@@ -3,9 +3,10 @@ package storage
 import (
 	"errors"
 	"fmt"
-	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cert-manager/csi-lib/metadata"
 )
@@ -23,6 +24,10 @@ var (
 	// ErrInvalidFileName is returned when a data file name is not a single safe path element.
 	ErrInvalidFileName = errors.New("invalid file name")
 
+	// errNotDirectory marks a volume directory, data directory or "..data" that is not what
+	// the store made (for example replaced by a symlink); the store refuses to go through it.
+	errNotDirectory = errors.New("not a directory made by the store")
+
 	// ErrInvalidFSGroup is returned when the fsGroup of a volume is not a valid group ID.
 	ErrInvalidFSGroup = errors.New("invalid fsGroup")
 )
@@ -37,18 +42,28 @@ type MetadataReader interface {
 
 // MetadataWriter writes volume metadata.
 type MetadataWriter interface {
-	// WriteMetadata replaces the metadata of an existing volume (ErrNotFound if the volume does
-	// not exist). A stored Mounted true is kept even if meta.Mounted is false.
+	// WriteMetadata replaces the metadata of an existing volume (an error matching ErrNotFound
+	// if the volume does not exist). A stored Mounted true is kept even if meta.Mounted is false.
 	WriteMetadata(volumeID string, meta metadata.Metadata) error
-	// RegisterMetadata creates the volume with meta (Mounted false) if it does not exist, or
-	// rewrites its metadata if the volume context changed, keeping the stored NextIssuanceTime
-	// and Mounted. It reports whether it wrote.
+	// RegisterMetadata creates the volume with meta (Mounted false) if it does not exist. If it
+	// exists with a different volume context, the stored record is updated (what is kept is the
+	// store's rule; Mounted always is). It reports whether it wrote.
 	RegisterMetadata(meta metadata.Metadata) (bool, error)
+}
+
+// MountRecorder is implemented by stores that can persist "this volume's publish succeeded" as
+// one atomic read-modify-write of the stored metadata. The node server uses it when the store
+// has it, so that recording Mounted can never overwrite a NextIssuanceTime that the renewal
+// loop wrote a moment before; for other stores it falls back to ReadMetadata + WriteMetadata.
+type MountRecorder interface {
+	// SetMounted records that the volume's publish succeeded. The volume must exist.
+	SetMounted(volumeID string) error
 }
 
 // DataWriter writes the files of a volume.
 type DataWriter interface {
-	// WriteFiles replaces the whole set of data files of a volume at once.
+	// WriteFiles writes the data files of a volume (Filesystem: the whole set at once, as a
+	// projection; MemoryFS: merged into the volume's files, as upstream's fake does).
 	WriteFiles(meta metadata.Metadata, files map[string][]byte) error
 }
 
@@ -70,24 +85,21 @@ type MetadataValidator interface {
 	ValidateMetadata(meta metadata.Metadata) error
 }
 
-// maxNameLength is the longest name a Linux filesystem accepts for one path element.
-const maxNameLength = 255
+const (
+	// maxNameLength is the longest name a Linux filesystem accepts for one path element.
+	maxNameLength = 255
+	// maxPathLength is the longest relative file name WriteFiles accepts (kubelet's limit).
+	maxPathLength = 4096
+	// maxFSGroup is the largest group ID a volume may be given (upstream's upper bound).
+	maxFSGroup = 4294967295
+)
 
-// ValidateVolumeID checks that id can safely be used as one path element: not empty, not "." or
-// "..", no "/" or NUL byte, at most 255 bytes. The error wraps ErrInvalidVolumeID.
+// ValidateVolumeID checks that id can safely be used as one path element: valid UTF-8, not
+// empty, not "." or "..", no "/" or NUL byte, at most 255 bytes. The error wraps
+// ErrInvalidVolumeID.
 func ValidateVolumeID(id string) error {
 	if err := validateName(id); err != nil {
 		return fmt.Errorf("%w %q: %s", ErrInvalidVolumeID, id, err)
-	}
-	return nil
-}
-
-func validateFileName(name string) error {
-	if err := validateName(name); err != nil {
-		return fmt.Errorf("%w %q: %s", ErrInvalidFileName, name, err)
-	}
-	if strings.HasPrefix(name, "..") {
-		return fmt.Errorf("%w %q: names starting with '..' are reserved", ErrInvalidFileName, name)
 	}
 	return nil
 }
@@ -104,51 +116,74 @@ func validateName(s string) error {
 		return errors.New("must not contain a NUL byte")
 	case len(s) > maxNameLength:
 		return fmt.Errorf("must be at most %d bytes, is %d", maxNameLength, len(s))
+	case !utf8.ValidString(s):
+		// Metadata is JSON: an invalid byte would come back as U+FFFD, naming another volume.
+		return errors.New("must be valid UTF-8")
 	}
 	return nil
 }
 
-// fsGroupOf returns the group that should own a volume's data, or nil for none: the integer
-// value of the volume attribute attrKey when attrKey is set and present in the volume context,
-// else the VolumeMountGroup. An unparsable or out-of-range value wraps ErrInvalidFSGroup.
+// cleanFilePath checks a WriteFiles name against kubelet's rules for projected files and
+// returns it cleaned ("./a" is "a", "a//b" is "a/b"): not empty, relative, no ".." element,
+// every element at most 255 bytes, at most 4096 bytes in all, and a first element that does not
+// start with ".." unless it is two characters or shorter ("..data" and "...x" are reserved for
+// the projection). The error wraps ErrInvalidFileName.
+func cleanFilePath(name string) (string, error) {
+	bad := func(why string) (string, error) {
+		return "", fmt.Errorf("%w %q: %s", ErrInvalidFileName, name, why)
+	}
+	switch {
+	case name == "":
+		return bad("must not be empty")
+	case strings.ContainsRune(name, 0):
+		return bad("must not contain a NUL byte")
+	case len(name) > maxPathLength:
+		return bad(fmt.Sprintf("must be at most %d bytes", maxPathLength))
+	case filepath.IsAbs(name):
+		return bad("must be relative")
+	}
+	for _, elem := range strings.Split(name, "/") {
+		if elem == ".." {
+			return bad("must not contain '..'")
+		}
+		if len(elem) > maxNameLength {
+			return bad(fmt.Sprintf("each element must be at most %d bytes", maxNameLength))
+		}
+	}
+	clean := filepath.Clean(name)
+	if clean == "." {
+		return bad("must name a file")
+	}
+	if first, _, _ := strings.Cut(clean, "/"); len(first) > 2 && strings.HasPrefix(first, "..") {
+		return bad("names starting with '..' are reserved")
+	}
+	return clean, nil
+}
+
+// fsGroupOf returns the group that should own a volume's data, or nil for none, as upstream
+// decides it: the value of the volume attribute attrKey when attrKey is set and the value is not
+// empty, else VolumeMountGroup; empty means no group. The value is a base-10 integer from 1 to
+// 4294967295. The error names the attribute key (as upstream's does, even when the value came
+// from VolumeMountGroup) and wraps ErrInvalidFSGroup.
 func fsGroupOf(meta metadata.Metadata, attrKey string) (*int64, error) {
-	value, source := meta.VolumeMountGroup, "volumeMountGroup"
+	value := meta.VolumeMountGroup
 	if attrKey != "" {
-		if v, ok := meta.VolumeContext[attrKey]; ok {
-			value, source = v, "volume attribute "+attrKey
+		if v := meta.VolumeContext[attrKey]; v != "" {
+			value = v
 		}
 	}
 	if value == "" {
 		return nil, nil
 	}
 	gid, err := strconv.ParseInt(value, 10, 64)
-	if err != nil || gid < 0 || gid > math.MaxInt32 {
-		return nil, fmt.Errorf("%w %q in %s: must be an integer from 0 to %d", ErrInvalidFSGroup, value, source, math.MaxInt32)
+	if err != nil || gid < 1 || gid > maxFSGroup {
+		return nil, fmt.Errorf("%w: failed to parse %q, value %q must be an integer from 1 to %d", ErrInvalidFSGroup, attrKey, value, maxFSGroup)
 	}
 	return &gid, nil
 }
 
-// keepMonotonic returns meta with the fields that must not regress taken from stored: Mounted
-// never goes from true to false.
-func keepMonotonic(meta, stored metadata.Metadata) metadata.Metadata {
-	if stored.Mounted {
-		meta.Mounted = true
-	}
-	return meta
-}
-
-// registerMerge decides what RegisterMetadata writes over existing metadata: the new request's
-// fields with the stored NextIssuanceTime and Mounted. It reports false when nothing changed
-// that is worth a write (the volume context is the same).
-func registerMerge(meta, stored metadata.Metadata) (metadata.Metadata, bool) {
-	if volumeContextEqual(meta.VolumeContext, stored.VolumeContext) {
-		return stored, false
-	}
-	meta.NextIssuanceTime = stored.NextIssuanceTime
-	meta.Mounted = stored.Mounted
-	return meta, true
-}
-
+// volumeContextEqual reports whether two volume contexts hold the same entries (nil equals
+// empty).
 func volumeContextEqual(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false

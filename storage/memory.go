@@ -2,7 +2,7 @@ package storage
 
 import (
 	"encoding/json"
-	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -11,11 +11,17 @@ import (
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
-// MemoryFS is an in-memory Interface for tests. It follows the same rules as Filesystem:
-// volume-ID validation, the legacy "mounted" decoding (metadata is kept as JSON and decoded on
-// every read), monotonic Mounted, atomic metadata and data writes. It is safe for concurrent use.
+// MemoryFS is an in-memory Interface for tests, behaving as upstream csi-lib's: each volume is
+// one map of file name to bytes, and "metadata.json" is an ordinary entry of it holding exactly
+// json.Marshal of the stored metadata (Mounted false), so drivers' tests that compare those
+// bytes keep passing. Errors are the bare sentinels (err == ErrNotFound holds).
+//
+// What it adds to upstream's fake: hostile volume IDs are rejected with ErrInvalidVolumeID, and
+// Mounted is kept in a separate per-volume flag that never goes back to false (ReadMetadata
+// reports it; the bytes never show it). It is safe for concurrent use.
 type MemoryFS struct {
-	// FSGroupVolumeAttributeKey is as in Filesystem: it only affects fsGroup validation here.
+	// FSGroupVolumeAttributeKey is accepted for symmetry with Filesystem; MemoryFS, like
+	// upstream's, checks no fsGroup.
 	FSGroupVolumeAttributeKey string
 
 	// Mounter, if set, is used by Sweep to unmount target paths of never-mounted volumes.
@@ -26,23 +32,27 @@ type MemoryFS struct {
 }
 
 type memVolume struct {
-	meta  []byte // JSON, decoded through metadata.Metadata's decoder on every read
-	files map[string][]byte
+	files   map[string][]byte // "metadata.json" included
+	mounted bool
 }
 
-var _ Interface = &MemoryFS{}
+var (
+	_ Interface     = &MemoryFS{}
+	_ MountRecorder = &MemoryFS{}
+)
 
 // NewMemoryFS returns an empty in-memory store.
 func NewMemoryFS() *MemoryFS {
 	return &MemoryFS{volumes: make(map[string]*memVolume)}
 }
 
-// PathForVolume returns a fake path for the volume's data; nothing exists there.
+// PathForVolume returns the volume ID itself, as upstream's fake does (fake mounters record it
+// as the mount source); "" for an invalid ID.
 func (m *MemoryFS) PathForVolume(volumeID string) string {
 	if ValidateVolumeID(volumeID) != nil {
 		return ""
 	}
-	return "/memoryfs/" + volumeID + "/data"
+	return volumeID
 }
 
 // RemoveVolume removes the volume. Removing a missing volume succeeds.
@@ -56,36 +66,43 @@ func (m *MemoryFS) RemoveVolume(volumeID string) error {
 	return nil
 }
 
-// ListVolumes returns the IDs of all volumes.
+// ListVolumes returns the IDs of all volumes in map order, nil when there are none.
 func (m *MemoryFS) ListVolumes() ([]string, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	ids := make([]string, 0, len(m.volumes))
+	var ids []string
 	for id := range m.volumes {
 		ids = append(ids, id)
 	}
 	return ids, nil
 }
 
-// ReadMetadata decodes the volume's stored metadata.
+// ReadMetadata decodes the volume's "metadata.json" entry: ErrNotFound when the volume or the
+// entry is missing, ErrInvalidJSON when it does not decode. Mounted comes from the volume's flag.
 func (m *MemoryFS) ReadMetadata(volumeID string) (metadata.Metadata, error) {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return metadata.Metadata{}, err
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.readLocked(volumeID)
-}
-
-func (m *MemoryFS) readLocked(volumeID string) (metadata.Metadata, error) {
 	v, ok := m.volumes[volumeID]
-	if !ok || v.meta == nil {
-		return metadata.Metadata{}, fmt.Errorf("volume %q: %w", volumeID, ErrNotFound)
+	if !ok {
+		return metadata.Metadata{}, ErrNotFound
 	}
-	return decodeMetadata(volumeID, v.meta)
+	raw, ok := v.files[metadataFileName]
+	if !ok {
+		return metadata.Metadata{}, ErrNotFound
+	}
+	var meta metadata.Metadata
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return metadata.Metadata{}, ErrInvalidJSON
+	}
+	meta.Mounted = v.mounted
+	return meta, nil
 }
 
-// WriteMetadata replaces the metadata of an existing volume, keeping a stored Mounted true.
+// WriteMetadata replaces the metadata of an existing volume (ErrNotFound otherwise). The stored
+// bytes are upstream's; a Mounted true sets the volume's flag, a false never clears it.
 func (m *MemoryFS) WriteMetadata(volumeID string, meta metadata.Metadata) error {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
@@ -94,16 +111,30 @@ func (m *MemoryFS) WriteMetadata(volumeID string, meta metadata.Metadata) error 
 	defer m.mu.Unlock()
 	v, ok := m.volumes[volumeID]
 	if !ok {
-		return fmt.Errorf("volume %q: %w", volumeID, ErrNotFound)
+		return ErrNotFound
 	}
-	if stored, err := m.readLocked(volumeID); err == nil {
-		meta = keepMonotonic(meta, stored)
-	}
-	return v.setMeta(meta)
+	return v.setMetadata(meta)
 }
 
-// RegisterMetadata creates the volume if missing, or rewrites its metadata when the volume
-// context changed, keeping NextIssuanceTime and Mounted. Corrupt metadata is an error.
+// SetMounted records that the volume's publish succeeded.
+func (m *MemoryFS) SetMounted(volumeID string) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.volumes[volumeID]
+	if !ok {
+		return ErrNotFound
+	}
+	v.mounted = true
+	return nil
+}
+
+// RegisterMetadata creates the volume if missing and reports true. For an existing volume whose
+// volume context is the same (nil equals empty) it reports false; an undecodable entry gives
+// the JSON decoder's error. Otherwise the whole record is replaced by meta, keeping only the
+// Mounted flag, as upstream's fake does.
 func (m *MemoryFS) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	if err := ValidateVolumeID(meta.VolumeID); err != nil {
 		return false, err
@@ -112,36 +143,41 @@ func (m *MemoryFS) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	defer m.mu.Unlock()
 	v, ok := m.volumes[meta.VolumeID]
 	if !ok {
-		v = &memVolume{}
-		meta.Mounted = false
-		if err := v.setMeta(meta); err != nil {
+		v = &memVolume{files: make(map[string][]byte)}
+		m.volumes[meta.VolumeID] = v
+	}
+	if raw, ok := v.files[metadataFileName]; ok {
+		var stored metadata.Metadata
+		if err := json.Unmarshal(raw, &stored); err != nil {
 			return false, err
 		}
-		m.volumes[meta.VolumeID] = v
-		return true, nil
+		if volumeContextEqual(meta.VolumeContext, stored.VolumeContext) {
+			return false, nil
+		}
 	}
-	stored, err := m.readLocked(meta.VolumeID)
-	if err != nil {
-		return false, err
-	}
-	merged, changed := registerMerge(meta, stored)
-	if !changed {
-		return false, nil
-	}
-	return true, v.setMeta(merged)
+	meta.Mounted = false // the flag is kept; a registration never sets it
+	return true, v.setMetadata(meta)
 }
 
-func (v *memVolume) setMeta(meta metadata.Metadata) error {
+func (v *memVolume) setMetadata(meta metadata.Metadata) error {
+	mounted := meta.Mounted
+	meta.Mounted = false
 	raw, err := json.Marshal(meta)
 	if err != nil {
 		return err
 	}
-	v.meta = raw
+	if v.files == nil {
+		v.files = make(map[string][]byte)
+	}
+	v.files[metadataFileName] = raw
+	v.mounted = v.mounted || mounted
 	return nil
 }
 
-// SetRawMetadata stores raw bytes as a volume's metadata, creating the volume if needed. Tests
-// use it to load metadata in older formats, or corrupt metadata.
+// SetRawMetadata stores raw bytes as a volume's "metadata.json", creating the volume if needed.
+// Tests use it to load metadata in older formats, or corrupt metadata. The Mounted flag is set
+// as the Filesystem would read those bytes from disk: an explicit "mounted" key wins, and
+// without one a volume is mounted exactly when nextIssuanceTime is present.
 func (m *MemoryFS) SetRawMetadata(volumeID string, raw []byte) error {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
@@ -150,45 +186,44 @@ func (m *MemoryFS) SetRawMetadata(volumeID string, raw []byte) error {
 	defer m.mu.Unlock()
 	v, ok := m.volumes[volumeID]
 	if !ok {
-		v = &memVolume{}
+		v = &memVolume{files: make(map[string][]byte)}
 		m.volumes[volumeID] = v
 	}
-	v.meta = append([]byte(nil), raw...)
+	v.files[metadataFileName] = append([]byte(nil), raw...)
+	if meta, err := decodeOnDisk(raw); err == nil {
+		v.mounted = meta.Mounted
+	}
 	return nil
 }
 
-// ValidateMetadata reports whether WriteFiles would reject meta (an invalid fsGroup).
+// ValidateMetadata accepts every metadata with a valid volume ID: MemoryFS checks nothing else.
 func (m *MemoryFS) ValidateMetadata(meta metadata.Metadata) error {
-	if err := ValidateVolumeID(meta.VolumeID); err != nil {
-		return err
-	}
-	_, err := fsGroupOf(meta, m.FSGroupVolumeAttributeKey)
-	return err
+	return ValidateVolumeID(meta.VolumeID)
 }
 
-// WriteFiles replaces the volume's files with a copy of files.
+// WriteFiles copies files into the volume's map (ErrNotFound for an unknown volume). It merges:
+// names not in files stay, and a file named "metadata.json" replaces the metadata bytes. Any
+// name is accepted and no fsGroup is checked, as upstream's fake does.
 func (m *MemoryFS) WriteFiles(meta metadata.Metadata, files map[string][]byte) error {
-	if err := m.ValidateMetadata(meta); err != nil {
+	if err := ValidateVolumeID(meta.VolumeID); err != nil {
 		return err
-	}
-	copied := make(map[string][]byte, len(files))
-	for name, content := range files {
-		if err := validateFileName(name); err != nil {
-			return err
-		}
-		copied[name] = append([]byte(nil), content...)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, ok := m.volumes[meta.VolumeID]
 	if !ok {
-		return fmt.Errorf("volume %q: %w", meta.VolumeID, ErrNotFound)
+		return ErrNotFound
 	}
-	v.files = copied
+	if v.files == nil {
+		v.files = make(map[string][]byte)
+	}
+	for name, content := range files {
+		v.files[name] = append([]byte(nil), content...)
+	}
 	return nil
 }
 
-// ReadFiles returns a copy of the volume's files.
+// ReadFiles returns a copy of the volume's map: every data file and "metadata.json".
 func (m *MemoryFS) ReadFiles(volumeID string) (map[string][]byte, error) {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return nil, err
@@ -197,29 +232,35 @@ func (m *MemoryFS) ReadFiles(volumeID string) (map[string][]byte, error) {
 	defer m.mu.RUnlock()
 	v, ok := m.volumes[volumeID]
 	if !ok {
-		return nil, fmt.Errorf("volume %q: %w", volumeID, ErrNotFound)
+		return nil, ErrNotFound
 	}
-	out := make(map[string][]byte, len(v.files))
-	for name, content := range v.files {
+	out := maps.Clone(v.files)
+	if out == nil {
+		out = map[string][]byte{}
+	}
+	for name, content := range out {
 		out[name] = append([]byte(nil), content...)
 	}
 	return out, nil
 }
 
-// ReadFile returns a copy of one of the volume's files.
+// ReadFile returns what ReadFiles would hold for name ("metadata.json" included); ErrNotFound
+// for an unknown volume or name.
 func (m *MemoryFS) ReadFile(volumeID, name string) ([]byte, error) {
-	files, err := m.ReadFiles(volumeID)
-	if err != nil {
+	if err := ValidateVolumeID(volumeID); err != nil {
 		return nil, err
 	}
-	if err := validateFileName(name); err != nil {
-		return nil, err
-	}
-	b, ok := files[name]
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	v, ok := m.volumes[volumeID]
 	if !ok {
-		return nil, fmt.Errorf("file %q of volume %q: %w", name, volumeID, ErrNotFound)
+		return nil, ErrNotFound
 	}
-	return b, nil
+	b, ok := v.files[name]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return append([]byte(nil), b...), nil
 }
 
 // Sweep applies the start-up sweep to the in-memory volumes (see Filesystem.Sweep), using

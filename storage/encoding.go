@@ -1,0 +1,50 @@
+package storage
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+// encodeOnDisk is the Filesystem's encoding of metadata: upstream's bytes (json.Marshal with
+// Mounted false) followed by an explicit "mounted" key, for example
+// {"volumeID":"v1","targetPath":"/t","mounted":false}. The explicit key is what tells this
+// fork's files from upstream's: upstream ignores it (so a rollback reads these files), and a
+// file without it was written by upstream (see decodeOnDisk).
+func encodeOnDisk(meta metadata.Metadata) ([]byte, error) {
+	mounted := meta.Mounted
+	meta.Mounted = false
+	raw, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	// raw is a JSON object with at least volumeID and targetPath: it ends in '}'.
+	out := make([]byte, 0, len(raw)+16)
+	out = append(out, raw[:len(raw)-1]...)
+	out = fmt.Appendf(out, `,"mounted":%t}`, mounted)
+	return out, nil
+}
+
+// decodeOnDisk decodes metadata written by encodeOnDisk or by upstream. A file without a
+// "mounted" key (or with null) was written by upstream, before an upgrade or after a rollback:
+// such a volume is mounted exactly when nextIssuanceTime is present (a zero time counts), which
+// was upstream's own rule for resuming a volume. Undecodable bytes wrap ErrInvalidJSON.
+func decodeOnDisk(raw []byte) (metadata.Metadata, error) {
+	var meta metadata.Metadata
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return metadata.Metadata{}, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
+	}
+	var probe struct {
+		Mounted *bool `json:"mounted"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return metadata.Metadata{}, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
+	}
+	if probe.Mounted != nil {
+		meta.Mounted = *probe.Mounted
+	} else {
+		meta.Mounted = meta.NextIssuanceTime != nil
+	}
+	return meta, nil
+}
