@@ -4,7 +4,8 @@
 //
 //  1. Wait until due: the volume's NextIssuanceTime is nil, zero or not after Clock.Now().
 //     While not due a volume costs nothing: no storage reads and no ticks, only one timer on the
-//     injected clock. Requeue, UnmanageVolume and Stop end the wait early.
+//     injected clock. Requeue, UnmanageVolume and Stop end the wait early. After a success the
+//     loop waits at least one second, even if the new certificate is already due.
 //  2. Attempt one issuance, with a 60 s deadline on the injected clock. Attempts for different
 //     volumes run concurrently; attempts for one volume never overlap.
 //  3. Classify the outcome. Success resets both backoffs. ErrNotReadyToRequest (the driver's
@@ -12,18 +13,27 @@
 //     the renewal backoff reset, logged at V(4), counted as gate-pending rather than as an error.
 //     Any other error is logged, counted in issue_errors_total, waits the next step of the
 //     renewal backoff and resets the gate backoff.
-//  4. Wait the delay on the injected clock. Requeue cuts a gate-pending wait short; it never cuts
-//     an issuance-error wait short, which protects signers and the apiserver.
+//  4. Wait the delay on the injected clock. Requeue cuts a gate-pending wait short, and so does
+//     the gate itself, asked again every GatePollInterval; nothing cuts an issuance-error wait
+//     short, which protects signers and the apiserver.
 //
-// One attempt deletes CertificateRequests beyond MaxRequestsPerVolume (oldest first), resumes
-// the newest request if it is still pending and its private key is still in memory, asks
-// ReadyToRequest, generates a key and a CSR, creates the CertificateRequest and waits for the
-// informer to report it issued, denied or failed, then calls WriteKeypair. Private keys of
-// pending requests live only in memory.
+// One attempt follows upstream csi-lib's order: delete CertificateRequests beyond
+// MaxRequestsPerVolume (oldest first); read the metadata; take the newest request if it is
+// resumable (no Ready condition, or Ready reason Pending, Issued or empty) and wait on it when
+// its private key is in memory, or delete it when not; ask ReadyToRequest; generate a key and a
+// CSR, create the CertificateRequest and wait for the informer to report it issued, denied or
+// failed; then call WriteKeypair. Private keys of pending requests live in memory, independent
+// of the managed set: a publish that hits kubelet's deadline leaves its request and key, and
+// kubelet's retry resumes the same request instead of creating another.
+//
+// ManageVolume, ManageVolumeImmediate and UnmanageVolume return what upstream's return, and
+// block as little: UnmanageVolume waits only for a WriteKeypair already running, after which
+// nothing writes for the volume. Stop waits for the Manager's own goroutines but never for a
+// driver-supplied function; a goroutine inside one exits, touching nothing, when it returns.
 //
 // The Manager watches the node's CertificateRequests through one informer, selected by the
 // node-hash label and indexed by the volume-hash label; it never polls the apiserver.
 //
 // Every timer that decides when to retry, renew or give up comes from Options.Clock, so a test
-// drives the whole loop by stepping a fake clock. Stop ends every goroutine the Manager started.
+// drives the whole loop by stepping a fake clock.
 package manager

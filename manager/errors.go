@@ -13,11 +13,10 @@ type NotReadyToRequestError struct {
 	Reason string
 }
 
+// Error reads as upstream's refusal: "driver is not ready to request a certificate for this
+// volume: <reason>".
 func (e *NotReadyToRequestError) Error() string {
-	if e.Reason == "" {
-		return ErrNotReadyToRequest.Error()
-	}
-	return ErrNotReadyToRequest.Error() + ": " + e.Reason
+	return "driver is not ready to request a certificate for this volume: " + e.Reason
 }
 
 // Is reports whether target is ErrNotReadyToRequest.

@@ -133,6 +133,8 @@ func newEnv(t *testing.T, configure func(*Options)) *env {
 		},
 		RenewalBackoffConfig: noJitter(30*time.Second, 5*time.Minute),
 		GateBackoffConfig:    noJitter(time.Second, 10*time.Second),
+		// Tests here assert every timer exactly; the gate poll has its own test.
+		GatePollInterval: -1,
 		Metrics:              metrics.New("test-node", &log, e.registry, e.store, nil),
 	}
 	if configure != nil {
@@ -159,7 +161,7 @@ func (e *env) waitInformerLive() {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
 	defer cancel()
-	if err := testkit.WaitInformerLive(ctx, e.client, e.m.lister, e.opts.NodeID); err != nil {
+	if err := testkit.WaitInformerWatching(ctx, e.client); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,89 +27,142 @@ import (
 // than "not found" (on the injected clock).
 const cacheRetryInterval = time.Second
 
-// issue makes one issuance attempt for a volume; see the package documentation for the steps.
-func (m *Manager) issue(ctx context.Context, v *volume) error {
+// attempt is one issuance attempt of one volume.
+type attempt struct {
+	v *volume
+	// tr is the loop goroutine's registration with Stop; nil for ManageVolumeImmediate's
+	// attempt, which runs on the caller's goroutine.
+	tr *tracked
+}
+
+// callDriver runs a driver-supplied function. It returns errStopped if the manager stopped
+// while the function ran: the attempt must then return without doing anything more.
+func (a *attempt) callDriver(f func()) error {
+	if !a.tr.outside(f) {
+		return errStopped
+	}
+	return nil
+}
+
+// issue makes one issuance attempt, in upstream's order:
+//  1. delete the volume's requests beyond MaxRequestsPerVolume, oldest first;
+//  2. read the metadata;
+//  3. resume the newest request if it is resumable (see resumable): with its private key
+//     still in memory, wait for it; without, delete it and go on; a request that is not
+//     resumable is left alone;
+//  4. ask the readiness gate (a refusal is a *NotReadyToRequestError);
+//  5. generate the key, the request bundle and the CSR; create the CertificateRequest;
+//  6. wait for it; on success call WriteKeypair and forget the key.
+func (m *Manager) issue(ctx context.Context, a *attempt) error {
+	v := a.v
 	m.opts.Metrics.IncrementIssueCallCountTotal(m.nodeNameHash, v.id)
-	if err := waitForSync(ctx, m.informer.HasSynced); err != nil {
-		return fmt.Errorf("CertificateRequest informer not synced: %w", context.Cause(ctx))
+	if err := m.waitForSync(ctx); err != nil {
+		return fmt.Errorf("CertificateRequest informer not synced: %w", err)
 	}
 
-	// Step 1: delete requests beyond MaxRequestsPerVolume, oldest first.
+	// Step 1.
 	reqs, err := m.requestsForVolume(v.id)
 	if err != nil {
 		return err
 	}
-	if reqs, err = m.deleteOldest(ctx, v, reqs, m.opts.MaxRequestsPerVolume); err != nil {
-		return err
+	for len(reqs) > m.opts.MaxRequestsPerVolume {
+		if err := m.deleteRequest(ctx, v, reqs[0]); err != nil {
+			return err
+		}
+		reqs = reqs[1:]
 	}
 
-	// Step 2: read metadata.
+	// Step 2.
 	meta, err := m.opts.MetadataReader.ReadMetadata(v.id)
 	if err != nil {
 		return fmt.Errorf("reading metadata: %w", err)
 	}
 
-	// Step 3: resume the newest request if it is pending and its key is still in memory; a
-	// pending request whose key is gone (a restart) can never be used, so delete it.
-	if n := len(reqs); n > 0 && isPending(reqs[n-1]) {
+	// Step 3.
+	if n := len(reqs); n > 0 && resumable(reqs[n-1]) {
 		newest := reqs[n-1]
-		if key, ok := m.pendingKey(newest); ok {
-			v.log.V(2).Info("Resuming pending CertificateRequest", "request", newest.Name)
-			return m.waitAndWrite(ctx, v, meta, newest.Namespace, newest.Name, key)
+		if key, ok := m.pendingKey(newest.Namespace, newest.Name); ok {
+			m.logFor(v).V(2).Info("Resuming CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
+			return m.waitAndWrite(ctx, a, meta, newest.Namespace, newest.Name, key)
 		}
 		if err := m.deleteRequest(ctx, v, newest); err != nil {
 			return err
 		}
-		reqs = reqs[:n-1]
 	}
 
-	// Step 4: the readiness gate.
-	if ready, reason := m.opts.ReadyToRequest(meta); !ready {
+	// Step 4.
+	var ready bool
+	var reason string
+	if err := a.callDriver(func() { ready, reason = m.opts.ReadyToRequest(meta) }); err != nil {
+		return err
+	}
+	if !ready {
 		return &NotReadyToRequestError{Reason: reason}
 	}
 
-	// Step 5: key, request and CSR from the driver.
-	key, err := m.opts.GeneratePrivateKey(meta)
-	if err != nil {
-		return fmt.Errorf("generating private key: %w", err)
-	}
-	bundle, err := m.opts.GenerateRequest(meta)
-	if err != nil {
-		return fmt.Errorf("generating certificate request: %w", err)
-	}
-	csrPEM, err := m.opts.SignRequest(meta, key, bundle.Request)
-	if err != nil {
-		return fmt.Errorf("signing certificate request: %w", err)
-	}
-
-	// Step 6: make room for the new request, then create it.
-	if _, err := m.deleteOldest(ctx, v, reqs, m.opts.MaxRequestsPerVolume-1); err != nil {
+	// Step 5.
+	var key any
+	var bundle *CertificateRequestBundle
+	var csrPEM []byte
+	var client cmclient.Interface
+	var driverErr error
+	if err := a.callDriver(func() {
+		if key, driverErr = m.opts.GeneratePrivateKey(meta); driverErr != nil {
+			driverErr = fmt.Errorf("generating private key: %w", driverErr)
+			return
+		}
+		if bundle, driverErr = m.opts.GenerateRequest(meta); driverErr != nil {
+			driverErr = fmt.Errorf("generating certificate request: %w", driverErr)
+			return
+		}
+		if csrPEM, driverErr = m.opts.SignRequest(meta, key, bundle.Request); driverErr != nil {
+			driverErr = fmt.Errorf("signing certificate request: %w", driverErr)
+			return
+		}
+		if client, driverErr = m.opts.ClientForMetadata(meta); driverErr != nil {
+			driverErr = fmt.Errorf("building client for volume: %w", driverErr)
+		}
+	}); err != nil {
 		return err
 	}
-	client, err := m.opts.ClientForMetadata(meta)
-	if err != nil {
-		return fmt.Errorf("building client for volume: %w", err)
+	if driverErr != nil {
+		return driverErr
+	}
+	// The driver's functions may outlast the attempt (unmanaged, stopped, deadline): then
+	// nothing is created. The volume's context is checked directly: the attempt's context
+	// learns of an unmanage asynchronously.
+	if v.ctx.Err() != nil {
+		return errStopped
+	}
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("creating CertificateRequest: %w", err)
 	}
 	req := m.newRequest(meta, bundle, csrPEM)
 	// Remember the key before the request exists, so an informer event never finds a request
 	// of ours without it.
-	nsName := req.Namespace + "/" + req.Name
+	reqKey := requestKey(req.Namespace, req.Name)
 	m.mu.Lock()
-	m.pendingKeys[nsName] = pendingKey{volumeID: v.id, key: key}
+	m.pendingKeys[reqKey] = pendingKey{volumeID: v.id, key: key}
+	m.createdSeq++
+	m.created[reqKey] = m.createdSeq
 	m.mu.Unlock()
 	created, err := client.CertmanagerV1().CertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
 	if err != nil {
-		m.dropKey(nsName)
+		m.forgetRequest(reqKey)
 		return fmt.Errorf("creating CertificateRequest: %w", err)
 	}
-	v.log.Info("Created CertificateRequest", "request", created.Name, "namespace", created.Namespace)
+	m.logFor(v).Info("Created CertificateRequest", "request", created.Name, "namespace", created.Namespace)
 
-	// Step 7: wait for it, then hand the key pair to the driver.
-	return m.waitAndWrite(ctx, v, meta, created.Namespace, created.Name, key)
+	// Step 6.
+	return m.waitAndWrite(ctx, a, meta, created.Namespace, created.Name, key)
 }
 
+// newRequest builds the CertificateRequest as upstream does: the node and volume hash labels,
+// the bundle's annotations and spec, Duration always set, and exactly one owner reference to
+// the pod (name and UID from the volume context, even if empty). CreationTimestamp is left to
+// the apiserver.
 func (m *Manager) newRequest(meta metadata.Metadata, bundle *CertificateRequestBundle, csrPEM []byte) *cmapi.CertificateRequest {
-	req := &cmapi.CertificateRequest{
+	return &cmapi.CertificateRequest{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        string(uuid.NewUUID()),
 			Namespace:   bundle.Namespace,
@@ -117,80 +171,103 @@ func (m *Manager) newRequest(meta metadata.Metadata, bundle *CertificateRequestB
 				api.NodeIDHashLabelKey:   m.nodeNameHash,
 				api.VolumeIDHashLabelKey: util.HashIdentifier(meta.VolumeID),
 			},
-			// The apiserver sets its own; fake clientsets keep this one, so ordering works there.
-			CreationTimestamp: metav1.NewTime(m.clock.Now()),
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1",
+				Kind:       "Pod",
+				Name:       meta.VolumeContext[podNameKey],
+				UID:        types.UID(meta.VolumeContext[podUIDKey]),
+			}},
 		},
 		Spec: cmapi.CertificateRequestSpec{
+			Duration:  &metav1.Duration{Duration: bundle.Duration},
 			Request:   csrPEM,
 			IsCA:      bundle.IsCA,
 			Usages:    bundle.Usages,
 			IssuerRef: bundle.IssuerRef,
 		},
 	}
-	if bundle.Duration > 0 {
-		req.Spec.Duration = &metav1.Duration{Duration: bundle.Duration}
-	}
-	podName, podUID := meta.VolumeContext[podNameKey], meta.VolumeContext[podUIDKey]
-	if podName != "" && podUID != "" {
-		req.OwnerReferences = []metav1.OwnerReference{{
-			APIVersion: "v1",
-			Kind:       "Pod",
-			Name:       podName,
-			UID:        types.UID(podUID),
-		}}
-	}
-	return req
 }
 
-// waitAndWrite waits for a submitted request to finish, then writes the key pair.
-func (m *Manager) waitAndWrite(ctx context.Context, v *volume, meta metadata.Metadata, namespace, name string, key any) error {
-	req, err := m.waitForRequest(ctx, namespace, name)
+// waitAndWrite waits for a submitted request to finish, then hands the key pair to WriteKeypair
+// (unless the volume was unmanaged meanwhile) and forgets the key.
+func (m *Manager) waitAndWrite(ctx context.Context, a *attempt, meta metadata.Metadata, namespace, name string, key any) error {
+	v := a.v
+	reqKey := requestKey(namespace, name)
+	req, finished, err := m.waitForRequest(ctx, namespace, name)
 	if err != nil {
-		if !errors.Is(err, errAttemptTimeout) && !errors.Is(err, errStopped) && ctx.Err() == nil {
+		if finished {
 			// Denied, failed or deleted: the key is of no further use.
-			m.dropKey(namespace + "/" + name)
+			m.dropKey(reqKey)
 		}
 		return err
 	}
 	nit, err := defaultNextIssuanceTime(req.Status.Certificate)
 	if err != nil {
-		m.dropKey(namespace + "/" + name)
+		m.dropKey(reqKey)
 		return fmt.Errorf("CertificateRequest %s/%s: %w", namespace, name, err)
 	}
-	firstCertificate := meta.NextIssuanceTime == nil
+	firstCertificate := !hasCertificate(meta)
 	meta.NextIssuanceTime = &nit
-	if err := m.opts.WriteKeypair(meta, key, req.Status.Certificate, req.Status.CA); err != nil {
-		return fmt.Errorf("writing key pair: %w", err)
+
+	v.fence.Lock()
+	if v.fenced {
+		v.fence.Unlock()
+		return errStopped
 	}
-	m.dropKey(namespace + "/" + name)
+	var writeErr error
+	stopErr := a.callDriver(func() { writeErr = m.opts.WriteKeypair(meta, key, req.Status.Certificate, req.Status.CA) })
+	v.fence.Unlock()
+	if stopErr != nil {
+		return stopErr
+	}
+	if writeErr != nil {
+		return fmt.Errorf("writing key pair: %w", writeErr)
+	}
+	m.dropKey(reqKey)
 	v.fallbackDue.Store(&nit)
+	v.lastRequest.Store(&name)
 	if firstCertificate {
 		m.opts.Metrics.ObservePublishToFirstCertificate(m.nodeNameHash, m.clock.Since(v.managedAt))
 	}
 	return nil
 }
 
+// waitError is how a wait for a request ends without an outcome: upstream's text, with the
+// cause (deadline, unmanage, stop) kept for errors.Is.
+type waitError struct {
+	reason string
+	cause  error
+}
+
+func (e *waitError) Error() string { return "waiting for request: " + e.reason }
+func (e *waitError) Unwrap() error { return e.cause }
+
 // waitForRequest waits until the informer reports the request issued (returned), denied or
-// failed (errors carrying the request's message). It reacts to informer events; a request not
-// yet in the cache is waited for, and a cache error other than "not found" is retried.
-func (m *Manager) waitForRequest(ctx context.Context, namespace, name string) (*cmapi.CertificateRequest, error) {
-	notify, unwatch := m.watch(namespace + "/" + name)
+// failed (errors with upstream's texts; finished is true). It reacts to informer events; a
+// request not yet in the cache is waited for, and a cache error other than "not found" is
+// retried. When ctx ends the error is a *waitError naming the last state seen.
+func (m *Manager) waitForRequest(ctx context.Context, namespace, name string) (req *cmapi.CertificateRequest, finished bool, err error) {
+	notify, unwatch := m.watch(requestKey(namespace, name))
 	defer unwatch()
 	seen := false
+	lastReason := "request not yet in the informer cache"
 	for {
 		var retry <-chan time.Time
 		req, err := m.lister.CertificateRequests(namespace).Get(name)
 		switch {
 		case err == nil:
 			seen = true
-			if done, err := requestOutcome(req); done {
-				return req, err
+			done, err := requestOutcome(req)
+			if done {
+				return req, err != nil, err
 			}
+			lastReason = pendingReason(req)
 		case apierrors.IsNotFound(err):
 			if seen {
-				return nil, fmt.Errorf("CertificateRequest %s/%s was deleted before it was issued", namespace, name)
+				return nil, true, fmt.Errorf("request %q was deleted before it was issued", name)
 			}
 		default:
+			lastReason = err.Error()
 			t := m.clock.NewTimer(cacheRetryInterval)
 			defer t.Stop()
 			retry = t.C()
@@ -199,23 +276,21 @@ func (m *Manager) waitForRequest(ctx context.Context, namespace, name string) (*
 		case <-notify:
 		case <-retry:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for CertificateRequest %s/%s: %w", namespace, name, context.Cause(ctx))
+			return nil, false, &waitError{reason: lastReason, cause: context.Cause(ctx)}
 		}
 	}
 }
 
-// requestOutcome reports whether a request is finished and, if it is not issued, why.
+// requestOutcome reports whether a request is finished and, if it is not issued, why, with
+// upstream's texts. A request marked issued without a certificate is not finished.
 func requestOutcome(req *cmapi.CertificateRequest) (bool, error) {
 	if c := condition(req, cmapi.CertificateRequestConditionDenied); c != nil && c.Status == cmmeta.ConditionTrue {
-		return true, fmt.Errorf("CertificateRequest %s/%s was denied: %s", req.Namespace, req.Name, c.Message)
-	}
-	if c := condition(req, cmapi.CertificateRequestConditionInvalidRequest); c != nil && c.Status == cmmeta.ConditionTrue {
-		return true, fmt.Errorf("CertificateRequest %s/%s is invalid: %s", req.Namespace, req.Name, c.Message)
+		return true, fmt.Errorf("request %q has been denied by the approval plugin: %s", req.Name, c.Message)
 	}
 	if c := condition(req, cmapi.CertificateRequestConditionReady); c != nil {
 		switch {
-		case c.Status == cmmeta.ConditionFalse && c.Reason == cmapi.CertificateRequestReasonFailed:
-			return true, fmt.Errorf("CertificateRequest %s/%s failed: %s", req.Namespace, req.Name, c.Message)
+		case c.Reason == cmapi.CertificateRequestReasonFailed:
+			return true, fmt.Errorf("request %q has failed: %s", req.Name, c.Message)
 		case c.Status == cmmeta.ConditionTrue && len(req.Status.Certificate) > 0:
 			return true, nil
 		}
@@ -223,9 +298,31 @@ func requestOutcome(req *cmapi.CertificateRequest) (bool, error) {
 	return false, nil
 }
 
-func isPending(req *cmapi.CertificateRequest) bool {
-	done, _ := requestOutcome(req)
-	return !done
+// pendingReason describes a request that is not finished, for the error of a wait that ends.
+func pendingReason(req *cmapi.CertificateRequest) string {
+	c := condition(req, cmapi.CertificateRequestConditionReady)
+	switch {
+	case c == nil:
+		return fmt.Sprintf("request %q has no Ready condition yet", req.Name)
+	case c.Status == cmmeta.ConditionTrue:
+		return fmt.Sprintf("request %q is marked ready but has no certificate", req.Name)
+	default:
+		return fmt.Sprintf("request %q is not ready: %s: %s", req.Name, c.Reason, c.Message)
+	}
+}
+
+// resumable reports whether the newest request of a volume may be waited on again: it has no
+// Ready condition, or its Ready reason is Pending, Issued or empty (upstream's rule).
+func resumable(req *cmapi.CertificateRequest) bool {
+	c := condition(req, cmapi.CertificateRequestConditionReady)
+	if c == nil {
+		return true
+	}
+	switch c.Reason {
+	case "", cmapi.CertificateRequestReasonPending, cmapi.CertificateRequestReasonIssued:
+		return true
+	}
+	return false
 }
 
 func condition(req *cmapi.CertificateRequest, t cmapi.CertificateRequestConditionType) *cmapi.CertificateRequestCondition {
@@ -237,7 +334,7 @@ func condition(req *cmapi.CertificateRequest, t cmapi.CertificateRequestConditio
 	return nil
 }
 
-// defaultNextIssuanceTime is two thirds of the way from the leaf's NotBefore to its NotAfter.
+// defaultNextIssuanceTime is upstream's renewal point: NotAfter − (NotAfter − NotBefore)/3.
 func defaultNextIssuanceTime(chain []byte) (time.Time, error) {
 	block, _ := pem.Decode(chain)
 	if block == nil {
@@ -247,12 +344,12 @@ func defaultNextIssuanceTime(chain []byte) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("parsing issued certificate: %w", err)
 	}
-	life := cert.NotAfter.Sub(cert.NotBefore)
-	return cert.NotBefore.Add(life * 2 / 3), nil
+	return cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore) / 3), nil
 }
 
-// requestsForVolume returns the volume's requests from the informer cache, oldest first, using
-// the volume-hash index (no scan over the node's requests).
+// requestsForVolume returns the volume's requests from the informer cache, oldest first by
+// CreationTimestamp, then by the order this process created them, then by name. It uses the
+// volume-hash index (no scan over the node's requests).
 func (m *Manager) requestsForVolume(volumeID string) ([]*cmapi.CertificateRequest, error) {
 	objs, err := m.informer.GetIndexer().ByIndex(volumeHashIndex, util.HashIdentifier(volumeID))
 	if err != nil {
@@ -264,27 +361,22 @@ func (m *Manager) requestsForVolume(volumeID string) ([]*cmapi.CertificateReques
 			reqs = append(reqs, req)
 		}
 	}
+	m.mu.Lock()
+	seq := make(map[*cmapi.CertificateRequest]uint64, len(reqs))
+	for _, r := range reqs {
+		seq[r] = m.created[requestKey(r.Namespace, r.Name)]
+	}
+	m.mu.Unlock()
 	sort.Slice(reqs, func(i, j int) bool {
 		ti, tj := reqs[i].CreationTimestamp, reqs[j].CreationTimestamp
 		if !ti.Equal(&tj) {
 			return ti.Before(&tj)
 		}
+		if si, sj := seq[reqs[i]], seq[reqs[j]]; si != 0 && sj != 0 && si != sj {
+			return si < sj
+		}
 		return reqs[i].Name < reqs[j].Name
 	})
-	return reqs, nil
-}
-
-// deleteOldest deletes the oldest requests until at most keep remain, and returns the rest.
-func (m *Manager) deleteOldest(ctx context.Context, v *volume, reqs []*cmapi.CertificateRequest, keep int) ([]*cmapi.CertificateRequest, error) {
-	if keep < 0 {
-		keep = 0
-	}
-	for len(reqs) > keep {
-		if err := m.deleteRequest(ctx, v, reqs[0]); err != nil {
-			return nil, err
-		}
-		reqs = reqs[1:]
-	}
 	return reqs, nil
 }
 
@@ -293,38 +385,57 @@ func (m *Manager) deleteRequest(ctx context.Context, v *volume, req *cmapi.Certi
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting stale CertificateRequest %s/%s: %w", req.Namespace, req.Name, err)
 	}
-	m.dropKey(req.Namespace + "/" + req.Name)
-	v.log.V(2).Info("Deleted stale CertificateRequest", "request", req.Name)
+	m.forgetRequest(requestKey(req.Namespace, req.Name))
+	m.logFor(v).V(2).Info("Deleted stale CertificateRequest", "request", req.Name, "namespace", req.Namespace)
 	return nil
 }
 
-func (m *Manager) pendingKey(req *cmapi.CertificateRequest) (any, bool) {
+// requestKey names a request the way the informer's events do ("namespace/name", or just
+// "name" in the empty namespace), so waiters and keys always match the events.
+func requestKey(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+func (m *Manager) pendingKey(namespace, name string) (any, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	pk, ok := m.pendingKeys[req.Namespace+"/"+req.Name]
+	pk, ok := m.pendingKeys[requestKey(namespace, name)]
 	return pk.key, ok
 }
 
-func (m *Manager) dropKey(nsName string) {
+// dropKey forgets a request's private key once it can no longer be used.
+func (m *Manager) dropKey(reqKey string) {
 	m.mu.Lock()
-	delete(m.pendingKeys, nsName)
+	delete(m.pendingKeys, reqKey)
+	m.mu.Unlock()
+}
+
+// forgetRequest forgets everything the manager holds about a request that no longer exists:
+// its private key and its creation order.
+func (m *Manager) forgetRequest(reqKey string) {
+	m.mu.Lock()
+	delete(m.pendingKeys, reqKey)
+	delete(m.created, reqKey)
 	m.mu.Unlock()
 }
 
 // watch registers interest in changes to one request.
-func (m *Manager) watch(nsName string) (<-chan struct{}, func()) {
+func (m *Manager) watch(reqKey string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	m.mu.Lock()
-	if m.watchers[nsName] == nil {
-		m.watchers[nsName] = make(map[chan struct{}]struct{})
+	if m.watchers[reqKey] == nil {
+		m.watchers[reqKey] = make(map[chan struct{}]struct{})
 	}
-	m.watchers[nsName][ch] = struct{}{}
+	m.watchers[reqKey][ch] = struct{}{}
 	m.mu.Unlock()
 	return ch, func() {
 		m.mu.Lock()
-		delete(m.watchers[nsName], ch)
-		if len(m.watchers[nsName]) == 0 {
-			delete(m.watchers, nsName)
+		delete(m.watchers[reqKey], ch)
+		if len(m.watchers[reqKey]) == 0 {
+			delete(m.watchers, reqKey)
 		}
 		m.mu.Unlock()
 	}
@@ -337,9 +448,13 @@ func (m *Manager) requestChanged(obj any) {
 	if err != nil {
 		return
 	}
+	m.notifyWatchers(key)
+}
+
+func (m *Manager) notifyWatchers(reqKey string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for ch := range m.watchers[key] {
+	for ch := range m.watchers[reqKey] {
 		select {
 		case ch <- struct{}{}:
 		default:
@@ -347,12 +462,12 @@ func (m *Manager) requestChanged(obj any) {
 	}
 }
 
-// requestDeleted forgets the key of a deleted request and wakes its waiters.
+// requestDeleted forgets a deleted request and wakes its waiters.
 func (m *Manager) requestDeleted(obj any) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return
 	}
-	m.dropKey(key)
-	m.requestChanged(cache.ExplicitKey(key))
+	m.forgetRequest(key)
+	m.notifyWatchers(key)
 }

@@ -11,71 +11,85 @@ import (
 	"github.com/cert-manager/csi-lib/storage"
 )
 
-// run is the renewal loop of one volume; see the package documentation. If first is non-nil it
-// is the outcome of an attempt made before the loop started.
-func (m *Manager) run(v *volume, first *error, known *metadata.Metadata) {
-	defer m.loops.Done()
-	defer close(v.done)
+// run is the renewal loop of one volume; see the package documentation. tr is its registration
+// with Stop. known, if non-nil, is the volume's metadata, just read.
+func (m *Manager) run(v *volume, tr *tracked, known *metadata.Metadata) {
+	defer tr.done()
 
 	// Working copies of the pristine templates; resetting one copies its template again.
 	renewal, gate := *m.opts.RenewalBackoffConfig, *m.opts.GateBackoffConfig
-
-	outcome, haveOutcome := error(nil), false
-	if first != nil {
-		outcome, haveOutcome = *first, true
-	}
+	var minWait time.Duration
 	for {
-		if !haveOutcome {
-			wait, err := m.untilDue(v, known)
-			known = nil
-			switch {
-			case errors.Is(err, storage.ErrNotFound):
-				v.log.Info("Volume metadata is gone; no longer managing the volume")
-				m.forget(v.id)
+		wait, err := m.untilDue(v, known)
+		known = nil
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			m.logFor(v).Info("Volume metadata is gone; no longer managing the volume")
+			m.unmanageFromLoop(v)
+			return
+		case err != nil:
+			// Logged, not counted as an issuance error (upstream's rule); retried on the
+			// renewal backoff.
+			m.logFor(v).Error(err, "Cannot read volume metadata")
+			if !m.sleep(v, tr, renewal.Step(), false) {
 				return
-			case err != nil:
-				// Storage trouble counts as a failed attempt: back off on the renewal backoff.
-				v.log.Error(err, "Cannot read volume metadata")
-				m.opts.Metrics.IncrementIssueErrorCountTotal(m.nodeNameHash, v.id)
-				outcome = err
-			case wait > 0:
-				if !m.sleep(v, wait, true) {
-					return
-				}
-				continue
-			default:
-				outcome = m.attemptOnce(v.ctx, v)
 			}
+			continue
 		}
-		haveOutcome = false
+		if wait < minWait {
+			name := ""
+			if n := v.lastRequest.Load(); n != nil {
+				name = *n
+			}
+			m.logFor(v).Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
+				"request", name, "wait", minWait)
+			wait = minWait
+		}
+		minWait = 0
+		if wait > 0 {
+			if !m.sleep(v, tr, wait, true) {
+				return
+			}
+			continue
+		}
 
+		outcome := m.attemptInLoop(v, tr)
 		var delay time.Duration
-		requeueable := false
+		gatePending := false
 		switch {
 		case outcome == nil:
 			renewal, gate = *m.opts.RenewalBackoffConfig, *m.opts.GateBackoffConfig
+			minWait = minWaitAfterSuccess
 			continue
+		case errors.Is(outcome, errStopped) || v.ctx.Err() != nil:
+			return
 		case errors.Is(outcome, ErrNotReadyToRequest):
 			delay = gate.Step()
 			renewal = *m.opts.RenewalBackoffConfig
-			requeueable = true
+			gatePending = true
 		default:
 			delay = renewal.Step()
 			gate = *m.opts.GateBackoffConfig
 		}
-		if v.ctx.Err() != nil {
-			return
-		}
-		v.log.V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", requeueable)
-		if !m.sleep(v, delay, requeueable) {
+		m.logFor(v).V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", gatePending)
+		if !m.sleep(v, tr, delay, gatePending) {
 			return
 		}
 	}
 }
 
-// untilDue reads the volume's metadata and returns how long until it is due (zero or less:
-// due now).
-// known, if non-nil, is metadata read just before, used instead of reading again.
+// unmanageFromLoop stops managing a volume whose metadata disappeared (removed behind the
+// manager's back). The loop itself calls it, so it only unregisters and cancels.
+func (m *Manager) unmanageFromLoop(v *volume) {
+	m.mu.Lock()
+	m.unregisterLocked(v)
+	m.mu.Unlock()
+	v.cancel()
+}
+
+// untilDue reads the volume's metadata (or uses known) and returns how long until it is due:
+// zero or less means due now. Due means NextIssuanceTime is nil, zero, or not after now. A
+// WriteKeypair that persisted no future time leaves the default of the last success in force.
 func (m *Manager) untilDue(v *volume, known *metadata.Metadata) (time.Duration, error) {
 	var meta metadata.Metadata
 	if known != nil {
@@ -85,42 +99,70 @@ func (m *Manager) untilDue(v *volume, known *metadata.Metadata) (time.Duration, 
 		if meta, err = m.opts.MetadataReader.ReadMetadata(v.id); err != nil {
 			return 0, err
 		}
+		m.noteMetadata(v, meta)
 	}
 	now := m.clock.Now()
-	due := meta.NextIssuanceTime
-	if due == nil || due.IsZero() || !due.After(now) {
-		// WriteKeypair may not persist the next issuance time (a driver that writes only files);
-		// then the default computed by the last success still holds.
-		if fb := v.fallbackDue.Load(); fb != nil && fb.After(now) {
-			return fb.Sub(now), nil
-		}
-		return 0, nil
+	if hasCertificate(meta) && meta.NextIssuanceTime.After(now) {
+		return meta.NextIssuanceTime.Sub(now), nil
 	}
-	return due.Sub(now), nil
+	if fb := v.fallbackDue.Load(); fb != nil && fb.After(now) {
+		return fb.Sub(now), nil
+	}
+	return 0, nil
 }
 
 // sleep waits for d on the injected clock. It returns false if the volume was unmanaged or the
-// manager stopped. If requeueable, a Requeue ends the wait early. A delay of zero or less does
-// not wait.
-func (m *Manager) sleep(v *volume, d time.Duration, requeueable bool) bool {
-	if d <= 0 {
-		return v.ctx.Err() == nil
-	}
+// manager stopped. A gate-pending wait also ends on Requeue, and asks the gate again every
+// GatePollInterval: when the gate says yes, the wait ends. An issuance-error wait ends on
+// neither. A delay of zero or less does not wait.
+func (m *Manager) sleep(v *volume, tr *tracked, d time.Duration, gatePending bool) bool {
 	var requeue <-chan struct{}
-	if requeueable {
+	if gatePending {
 		requeue = v.requeue
 	}
-	t := m.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-requeue:
-		v.log.V(4).Info("Requeued: re-evaluating now")
-		return true
-	case <-v.ctx.Done():
-		return false
+	for d > 0 {
+		step, poll := d, false
+		if gatePending && m.opts.GatePollInterval > 0 && d > m.opts.GatePollInterval {
+			step, poll = m.opts.GatePollInterval, true
+		}
+		t := m.clock.NewTimer(step)
+		select {
+		case <-t.C():
+		case <-requeue:
+			t.Stop()
+			m.logFor(v).V(4).Info("Requeued: re-evaluating now")
+			return true
+		case <-v.ctx.Done():
+			t.Stop()
+			return false
+		}
+		if !poll {
+			break
+		}
+		d -= step
+		open, alive := m.gateOpens(v, tr)
+		if !alive {
+			return false
+		}
+		if open {
+			m.logFor(v).V(4).Info("Readiness gate opened: re-evaluating now")
+			return true
+		}
 	}
+	return v.ctx.Err() == nil
+}
+
+// gateOpens asks the readiness gate about the volume's current metadata. alive is false if the
+// manager stopped while the gate ran.
+func (m *Manager) gateOpens(v *volume, tr *tracked) (open, alive bool) {
+	meta, err := m.opts.MetadataReader.ReadMetadata(v.id)
+	if err != nil {
+		return false, v.ctx.Err() == nil
+	}
+	if !tr.outside(func() { open, _ = m.opts.ReadyToRequest(meta) }) {
+		return false, false
+	}
+	return open, v.ctx.Err() == nil
 }
 
 // acquireAttempt takes the volume's attempt slot, waiting until it is free, ctx ends or the
@@ -136,52 +178,81 @@ func (m *Manager) acquireAttempt(ctx context.Context, v *volume) (release func()
 	}
 }
 
-// attemptOnce makes one issuance attempt for v, never overlapping another attempt for v.
-func (m *Manager) attemptOnce(ctx context.Context, v *volume) error {
+// attemptNow is ManageVolumeImmediate's attempt: on the caller's goroutine, under the caller's
+// ctx (and the volume's), never overlapping another attempt of the volume. Every error it
+// returns is counted as an issuance error, the gate's refusal and the caller's deadline
+// included, as upstream counts them.
+func (m *Manager) attemptNow(ctx context.Context, v *volume) error {
 	release, err := m.acquireAttempt(ctx, v)
 	if err != nil {
+		m.opts.Metrics.IncrementIssueErrorCountTotal(m.nodeNameHash, v.id)
 		return err
 	}
-	return m.attemptLocked(ctx, v, release)
+	defer release()
+	m.drainRequeue(v)
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(v.ctx, func() { cancel(errStopped) })
+	err = m.issue(ctx, &attempt{v: v})
+	stop()
+	cancel(nil)
+	m.recordOutcome(v, err, true)
+	return err
 }
 
-// attemptLocked runs one attempt while holding the attempt slot, then releases it. The attempt
-// ends when ctx ends, when the volume is unmanaged, or after issueTimeout on the injected clock.
-// It logs and counts the outcome.
-func (m *Manager) attemptLocked(ctx context.Context, v *volume, release func()) error {
+// attemptInLoop is a background attempt: it ends when the volume is unmanaged, the manager
+// stops, or after issueTimeout on the injected clock.
+func (m *Manager) attemptInLoop(v *volume, tr *tracked) error {
+	release, err := m.acquireAttempt(v.ctx, v)
+	if err != nil {
+		return errStopped
+	}
 	defer release()
-	// A Requeue that arrived before this attempt is answered by it.
+	m.drainRequeue(v)
+	ctx, cancel := m.attemptContext(v)
+	err = m.issue(ctx, &attempt{v: v, tr: tr})
+	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
+	// sees the outcome never sees the attempt's timer still pending.
+	cancel()
+	if v.ctx.Err() != nil && err != nil {
+		// Unmanaged or stopped mid-attempt: not an issuance failure.
+		return errStopped
+	}
+	m.recordOutcome(v, err, false)
+	return err
+}
+
+// drainRequeue drops a Requeue that arrived before an attempt: the attempt answers it.
+func (m *Manager) drainRequeue(v *volume) {
 	select {
 	case <-v.requeue:
 	default:
 	}
-	ctx, cancel := m.attemptContext(ctx, v)
-	err := m.issue(ctx, v)
-	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
-	// sees the outcome never sees the attempt's timer still pending.
-	cancel()
-	switch {
-	case err == nil:
-		v.log.V(2).Info("Certificate issued")
-	case errors.Is(err, ErrNotReadyToRequest):
-		v.log.V(4).Info("Not ready to request a certificate yet", "reason", err.Error())
-		m.opts.Metrics.IncrementGatePendingCountTotal(m.nodeNameHash, v.id)
-	case v.ctx.Err() != nil:
-		// Unmanaged or stopped mid-attempt: not an issuance failure.
-		err = errStopped
-	default:
-		v.log.Error(err, "Issuance attempt failed")
-		m.opts.Metrics.IncrementIssueErrorCountTotal(m.nodeNameHash, v.id)
-	}
-	return err
 }
 
-// attemptContext derives the context of one attempt: it ends with parent, with the volume, or
-// after issueTimeout on the injected clock. The returned cancel stops the timer synchronously,
-// so a fake clock shows no stray waiter once the attempt is over.
-func (m *Manager) attemptContext(parent context.Context, v *volume) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(parent)
-	stopWithVolume := context.AfterFunc(v.ctx, func() { cancel(errStopped) })
+// recordOutcome logs an attempt's outcome and counts it. A gate refusal is counted as
+// gate-pending; it is an issuance error only for an immediate attempt (upstream's rule).
+func (m *Manager) recordOutcome(v *volume, err error, immediate bool) {
+	log := m.logFor(v)
+	switch {
+	case err == nil:
+		log.V(2).Info("Certificate issued")
+	case errors.Is(err, ErrNotReadyToRequest):
+		log.V(4).Info("Not ready to request a certificate yet", "reason", err.Error())
+		m.opts.Metrics.IncrementGatePendingCountTotal(m.nodeNameHash, v.id)
+		if immediate {
+			m.opts.Metrics.IncrementIssueErrorCountTotal(m.nodeNameHash, v.id)
+		}
+	default:
+		log.Error(err, "Issuance attempt failed")
+		m.opts.Metrics.IncrementIssueErrorCountTotal(m.nodeNameHash, v.id)
+	}
+}
+
+// attemptContext derives a background attempt's context: it ends with the volume, or after
+// issueTimeout on the injected clock. The returned cancel stops the timer synchronously, so a
+// fake clock shows no stray waiter once the attempt is over.
+func (m *Manager) attemptContext(v *volume) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(v.ctx)
 	var stopTimer func() bool
 	if dc, ok := m.clock.(clock.WithDelayedExecution); ok {
 		// No goroutine per attempt: the clock calls back when the deadline passes.
@@ -199,7 +270,6 @@ func (m *Manager) attemptContext(parent context.Context, v *volume) (context.Con
 	}
 	return ctx, func() {
 		stopTimer()
-		stopWithVolume()
 		cancel(nil)
 	}
 }

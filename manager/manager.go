@@ -23,8 +23,12 @@ import (
 )
 
 const (
-	// issueTimeout bounds one issuance attempt, on the injected clock.
+	// issueTimeout bounds one background issuance attempt, on the injected clock.
 	issueTimeout = 60 * time.Second
+
+	// minWaitAfterSuccess is the least a loop waits after a success, even when the new
+	// certificate is already due (signer or clock skew), so that it never becomes a hot loop.
+	minWaitAfterSuccess = time.Second
 
 	// volumeHashIndex indexes the informer's requests by the volume-hash label.
 	volumeHashIndex = "volumeIDHash"
@@ -48,16 +52,23 @@ type Manager struct {
 	ctx      context.Context // ends on Stop
 	cancel   context.CancelFunc
 	stopOnce sync.Once
-	loops    sync.WaitGroup
+	active   *activity
 
 	mu         sync.Mutex
 	stopped    bool
 	volumes    map[string]*volume
 	podVolumes map[types.UID]map[string]struct{}
-	// pendingKeys holds the private keys of submitted requests that are not yet issued, by
-	// "namespace/name". They are never persisted.
+	// pendingKeys holds the private keys of submitted requests whose key pair is not yet
+	// written, by request key (see requestKey). They outlive UnmanageVolume, so that kubelet's
+	// retry of a publish resumes the same request; a key is dropped once its key pair is
+	// written, or when its request is deleted (the request's owner reference lets the garbage
+	// collector delete it with the pod).
 	pendingKeys map[string]pendingKey
-	// watchers are notified when the informer sees a change to a request, by "namespace/name".
+	// created orders the requests this process created, by request key: the apiserver's
+	// CreationTimestamp has one-second resolution.
+	created    map[string]uint64
+	createdSeq uint64
+	// watchers are notified when the informer sees a change to a request, by request key.
 	watchers map[string]map[chan struct{}]struct{}
 }
 
@@ -69,8 +80,6 @@ type pendingKey struct {
 // volume is the manager's state for one managed volume.
 type volume struct {
 	id        string
-	podUID    types.UID
-	log       logr.Logger
 	managedAt time.Time
 
 	ctx    context.Context // ends on UnmanageVolume or Stop
@@ -83,9 +92,18 @@ type volume struct {
 	// fallbackDue is the default next issuance time of the last success, used when
 	// WriteKeypair did not persist a future NextIssuanceTime.
 	fallbackDue atomic.Pointer[time.Time]
+	// lastRequest names the request of the last success, for the log.
+	lastRequest atomic.Pointer[string]
 
-	loopStarted bool          // guarded by Manager.mu
-	done        chan struct{} // closed when the loop has exited (or was never started)
+	// fence is held while WriteKeypair runs; fenced is set under it by UnmanageVolume, after
+	// which nothing writes for this registration any more.
+	fence  sync.Mutex
+	fenced bool
+
+	// Guarded by Manager.mu.
+	podUID      types.UID
+	log         logr.Logger
+	loopStarted bool
 }
 
 // NewManager validates opts, starts the informer on the node's CertificateRequests, waits for
@@ -105,9 +123,11 @@ func NewManager(opts Options) (*Manager, error) {
 		nodeNameHash: nodeHash,
 		ctx:          ctx,
 		cancel:       cancel,
+		active:       newActivity(),
 		volumes:      make(map[string]*volume),
 		podVolumes:   make(map[types.UID]map[string]struct{}),
 		pendingKeys:  make(map[string]pendingKey),
+		created:      make(map[string]uint64),
 		watchers:     make(map[string]map[chan struct{}]struct{}),
 	}
 
@@ -130,7 +150,7 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	m.lister = requests.Lister()
 	m.factory.Start(ctx.Done())
-	if err := waitForSync(ctx, m.informer.HasSynced); err != nil {
+	if err := m.waitForSync(ctx); err != nil {
 		m.Stop()
 		return nil, fmt.Errorf("CertificateRequest informer did not sync: %w", err)
 	}
@@ -165,8 +185,9 @@ func (m *Manager) resumeMountedVolumes() {
 			m.log.V(2).Info("Not resuming volume whose publish never succeeded", "volume_id", id)
 			continue
 		}
-		if v, created := m.register(id, meta); created {
-			m.startLoop(v, nil, &meta)
+		if v := m.register(id); v != nil {
+			m.noteMetadata(v, meta)
+			m.startLoop(v, &meta)
 			resumed++
 		}
 	}
@@ -177,160 +198,177 @@ func (m *Manager) resumeMountedVolumes() {
 // cache, for example for metrics.New.
 func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister { return m.lister }
 
-// register adds a volume to the managed set without starting its loop. It returns the volume and
-// whether this call created it; nil if the manager is stopped.
-func (m *Manager) register(id string, meta metadata.Metadata) (*volume, bool) {
+// register adds a volume to the managed set without starting its loop. It returns nil if the
+// volume is already managed or the manager is stopped.
+func (m *Manager) register(id string) *volume {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stopped {
-		return nil, false
+		return nil
 	}
-	if v, ok := m.volumes[id]; ok {
-		return v, false
+	if _, ok := m.volumes[id]; ok {
+		return nil
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	v := &volume{
 		id:        id,
-		podUID:    types.UID(meta.VolumeContext[podUIDKey]),
-		log:       m.log.WithValues("volume_id", id, "pod", meta.VolumeContext[podNameKey]),
+		log:       m.log.WithValues("volume_id", id),
 		managedAt: m.clock.Now(),
 		ctx:       ctx,
 		cancel:    cancel,
 		requeue:   make(chan struct{}, 1),
 		attempt:   make(chan struct{}, 1),
-		done:      make(chan struct{}),
 	}
 	m.volumes[id] = v
-	if v.podUID != "" {
-		if m.podVolumes[v.podUID] == nil {
-			m.podVolumes[v.podUID] = make(map[string]struct{})
-		}
-		m.podVolumes[v.podUID][id] = struct{}{}
-	}
-	return v, true
+	return v
 }
 
-// startLoop starts the volume's renewal loop once. If first is non-nil it is the outcome of an
-// attempt already made, which the loop classifies before anything else. If known is non-nil it
-// is the volume's metadata, just read, which saves the loop its first read.
-func (m *Manager) startLoop(v *volume, first *error, known *metadata.Metadata) bool {
+// noteMetadata records what the manager learns from a volume's metadata: its pod (for
+// RequeuePod and the log).
+func (m *Manager) noteMetadata(v *volume, meta metadata.Metadata) {
+	uid := types.UID(meta.VolumeContext[podUIDKey])
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.stopped || m.volumes[v.id] != v || v.loopStarted {
-		// Never start a goroutine after Stop has waited for them all.
-		return false
-	}
-	v.loopStarted = true
-	m.loops.Add(1)
-	go m.run(v, first, known)
-	return true
-}
-
-// ManageVolume starts managing a volume in the background: its loop issues a certificate when
-// due. It returns false only if the manager is stopped.
-func (m *Manager) ManageVolume(volumeID string) (managed bool) {
-	meta, err := m.opts.MetadataReader.ReadMetadata(volumeID)
-	if err != nil {
-		m.log.Error(err, "Cannot manage volume: reading metadata failed", "volume_id", volumeID)
-		return false
-	}
-	v, _ := m.register(volumeID, meta)
-	if v == nil {
-		return false
-	}
-	m.startLoop(v, nil, &meta)
-	return true
-}
-
-// ManageVolumeImmediate starts managing a volume and, if it has no certificate yet, makes one
-// issuance attempt right away, returning its error (ErrNotReadyToRequest when the gate is
-// closed) so the caller can decide what to do; the background loop starts either way. If the
-// volume is already managed and has no certificate, it makes an attempt too (never overlapping
-// the loop's), so a success always means the volume has a certificate.
-func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (managed bool, err error) {
-	meta, err := m.opts.MetadataReader.ReadMetadata(volumeID)
-	if err != nil {
-		return false, fmt.Errorf("reading metadata of volume %q: %w", volumeID, err)
-	}
-	v, created := m.register(volumeID, meta)
-	if v == nil {
-		return false, errStopped
-	}
-	if !created {
-		return true, m.attemptIfUnissued(ctx, v)
-	}
-	var first *error
-	if meta.NextIssuanceTime == nil {
-		err := m.attemptOnce(ctx, v)
-		first = &err
-	}
-	m.startLoop(v, first, nil)
-	if first != nil {
-		return true, *first
-	}
-	return true, nil
-}
-
-// attemptIfUnissued makes an attempt for an already managed volume unless it has a certificate.
-func (m *Manager) attemptIfUnissued(ctx context.Context, v *volume) error {
-	release, err := m.acquireAttempt(ctx, v)
-	if err != nil {
-		return err
-	}
-	meta, err := m.opts.MetadataReader.ReadMetadata(v.id)
-	if err != nil {
-		release()
-		return err
-	}
-	if meta.NextIssuanceTime != nil {
-		release()
-		return nil
-	}
-	return m.attemptLocked(ctx, v, release)
-}
-
-// UnmanageVolume stops managing a volume and waits for its loop to exit, so that nothing
-// writes to the volume once it returns. Pending keys of the volume are forgotten and its
-// per-volume metric series deleted. Unmanaging an unknown volume does nothing.
-func (m *Manager) UnmanageVolume(volumeID string) {
-	v := m.forget(volumeID)
-	if v == nil {
+	if m.volumes[v.id] != v || uid == v.podUID {
 		return
 	}
-	<-v.done
+	m.dropPodIndex(v)
+	v.podUID = uid
+	v.log = m.log.WithValues("volume_id", v.id, "pod", meta.VolumeContext[podNameKey])
+	if uid != "" {
+		if m.podVolumes[uid] == nil {
+			m.podVolumes[uid] = make(map[string]struct{})
+		}
+		m.podVolumes[uid][v.id] = struct{}{}
+	}
 }
 
-// forget removes a volume from the managed set and cancels it, without waiting.
-func (m *Manager) forget(volumeID string) *volume {
-	m.mu.Lock()
-	v, ok := m.volumes[volumeID]
-	if !ok {
-		m.mu.Unlock()
-		return nil
-	}
-	delete(m.volumes, volumeID)
+// dropPodIndex removes v from the pod index; m.mu is held.
+func (m *Manager) dropPodIndex(v *volume) {
 	if set := m.podVolumes[v.podUID]; set != nil {
-		delete(set, volumeID)
+		delete(set, v.id)
 		if len(set) == 0 {
 			delete(m.podVolumes, v.podUID)
 		}
 	}
-	for name, pk := range m.pendingKeys {
-		if pk.volumeID == volumeID {
-			delete(m.pendingKeys, name)
-		}
+}
+
+func (m *Manager) logFor(v *volume) logr.Logger {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return v.log
+}
+
+// startLoop starts the volume's renewal loop once. If known is non-nil it is the volume's
+// metadata, just read, which saves the loop its first read.
+func (m *Manager) startLoop(v *volume, known *metadata.Metadata) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped || m.volumes[v.id] != v || v.loopStarted {
+		return
 	}
-	if !v.loopStarted {
-		close(v.done)
+	tr := m.active.track()
+	if tr == nil {
+		return
+	}
+	v.loopStarted = true
+	go m.run(v, tr, known)
+}
+
+// ManageVolume starts managing a volume in the background: its loop issues a certificate when
+// due. It reports true only if this call registered the volume; false if it was already managed
+// or the manager is stopped. It reads nothing and never blocks.
+func (m *Manager) ManageVolume(volumeID string) (managed bool) {
+	v := m.register(volumeID)
+	if v == nil {
+		return false
+	}
+	m.startLoop(v, nil)
+	return true
+}
+
+// ManageVolumeImmediate registers a volume and, if it has no certificate (NextIssuanceTime nil
+// or zero), makes one issuance attempt under ctx before starting the background loop, as
+// upstream does:
+//   - already managed: (false, nil) at once, no attempt;
+//   - stopped: (false, error);
+//   - metadata unreadable: (true, "reading metadata: ..."), left registered without a loop;
+//   - the attempt fails: (true, err), left registered without a loop (the caller unmanages);
+//     a closed readiness gate gives an error matching ErrNotReadyToRequest;
+//   - otherwise the loop starts: (true, nil).
+func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (managed bool, err error) {
+	v := m.register(volumeID)
+	if v == nil {
+		if m.isStopped() {
+			return false, errStopped
+		}
+		return false, nil
+	}
+	meta, err := m.opts.MetadataReader.ReadMetadata(volumeID)
+	if err != nil {
+		return true, fmt.Errorf("reading metadata: %w", err)
+	}
+	m.noteMetadata(v, meta)
+	if !hasCertificate(meta) {
+		if err := m.attemptNow(ctx, v); err != nil {
+			return true, err
+		}
+		m.startLoop(v, nil)
+		return true, nil
+	}
+	m.startLoop(v, &meta)
+	return true, nil
+}
+
+// hasCertificate reports whether metadata records an issued certificate: a NextIssuanceTime
+// that is set and not zero (ContinueOnNotReady registers a zero time).
+func hasCertificate(meta metadata.Metadata) bool {
+	return meta.NextIssuanceTime != nil && !meta.NextIssuanceTime.IsZero()
+}
+
+// UnmanageVolume stops managing a volume. It cancels the volume's loop and any attempt in
+// flight, and returns once none of them can write any more: it waits for a WriteKeypair of this
+// volume that is already running, and for nothing else (a driver function that ignores its
+// context cannot hang it). Pending keys and metric series stay: kubelet may publish the volume
+// again (see DeleteVolumeMetricSeries for a volume gone for good). Unmanaging an unknown volume
+// does nothing.
+func (m *Manager) UnmanageVolume(volumeID string) {
+	m.mu.Lock()
+	v, ok := m.volumes[volumeID]
+	if ok {
+		m.unregisterLocked(v)
 	}
 	m.mu.Unlock()
+	if ok {
+		m.cancelAndFence(v)
+	}
+}
+
+// unregisterLocked removes v from the managed set; m.mu is held.
+func (m *Manager) unregisterLocked(v *volume) {
+	if m.volumes[v.id] == v {
+		delete(m.volumes, v.id)
+	}
+	m.dropPodIndex(v)
+}
+
+// cancelAndFence cancels v and waits for a WriteKeypair in flight; after it nothing writes for v.
+func (m *Manager) cancelAndFence(v *volume) {
 	v.cancel()
-	m.opts.Metrics.ForgetVolume(m.nodeNameHash, volumeID)
-	return v
+	v.fence.Lock()
+	v.fenced = true
+	v.fence.Unlock()
+}
+
+// DeleteVolumeMetricSeries deletes a volume's per-volume metric series. The node server calls
+// it when the volume is gone for good (a successful NodeUnpublishVolume); a failed publish keeps
+// them, because kubelet retries the same volume.
+func (m *Manager) DeleteVolumeMetricSeries(volumeID string) {
+	m.opts.Metrics.DeleteVolumeSeries(m.nodeNameHash, volumeID)
 }
 
 // IsVolumeReady reports whether a managed volume has a certificate that is not yet due for
-// renewal.
+// renewal: its NextIssuanceTime is set and the clock is not after it.
 func (m *Manager) IsVolumeReady(volumeID string) bool {
 	if !m.isManaged(volumeID) {
 		return false
@@ -339,14 +377,16 @@ func (m *Manager) IsVolumeReady(volumeID string) bool {
 	if err != nil || meta.NextIssuanceTime == nil {
 		return false
 	}
-	return m.clock.Now().Before(*meta.NextIssuanceTime)
+	return !m.clock.Now().After(*meta.NextIssuanceTime)
 }
 
-// IsVolumeReadyToRequest asks the driver's ReadyToRequest about a stored volume.
+// IsVolumeReadyToRequest asks the driver's ReadyToRequest about a stored volume. If the
+// metadata cannot be read it logs the error and reports (false, "").
 func (m *Manager) IsVolumeReadyToRequest(volumeID string) (bool, string) {
 	meta, err := m.opts.MetadataReader.ReadMetadata(volumeID)
 	if err != nil {
-		return false, fmt.Sprintf("reading metadata: %v", err)
+		m.log.Error(err, "Reading metadata", "volume_id", volumeID)
+		return false, ""
 	}
 	return m.opts.ReadyToRequest(meta)
 }
@@ -356,6 +396,12 @@ func (m *Manager) isManaged(volumeID string) bool {
 	defer m.mu.Unlock()
 	_, ok := m.volumes[volumeID]
 	return ok
+}
+
+func (m *Manager) isStopped() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stopped
 }
 
 // Requeue makes a managed volume re-evaluate now if it is waiting because its gate was closed or
@@ -387,33 +433,38 @@ func (m *Manager) RequeuePod(podUID types.UID) {
 	}
 }
 
-// Stop stops every renewal loop and the informer, and waits for them to exit. Volumes are not
-// modified. Stop may be called more than once.
+// Stop stops every renewal loop and the informer. It waits for the manager's own goroutines,
+// but never for a driver-supplied function: a loop inside one exits, touching nothing, as soon
+// as the function returns. Volumes are not modified. After Stop, ManageVolume reports false and
+// ManageVolumeImmediate an error. Stop may be called more than once.
 func (m *Manager) Stop() {
 	m.stopOnce.Do(func() {
 		m.mu.Lock()
 		m.stopped = true
+		vols := make([]*volume, 0, len(m.volumes))
+		for _, v := range m.volumes {
+			vols = append(vols, v)
+		}
 		m.mu.Unlock()
 		m.cancel()
-		m.loops.Wait()
+		for _, v := range vols {
+			// Not cancelAndFence: Stop must not wait for a WriteKeypair.
+			v.cancel()
+		}
+		m.active.closeAndWait()
 		m.factory.Shutdown()
 	})
 }
 
-// syncPollInterval is how often waitForSync checks the informer (cache.WaitForCacheSync checks
-// every 100 ms, which would dominate start-up).
-const syncPollInterval = 5 * time.Millisecond
-
-// waitForSync waits until synced reports true or ctx ends.
-func waitForSync(ctx context.Context, synced cache.InformerSynced) error {
-	for !synced() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(syncPollInterval):
-		}
+// waitForSync waits until the informer has synced or ctx ends. It reacts to the informer's own
+// signal; no timer is involved.
+func (m *Manager) waitForSync(ctx context.Context) error {
+	select {
+	case <-m.informer.HasSyncedChecker().Done():
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
-	return nil
 }
 
 func indexByVolumeHash(obj any) ([]string, error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/storage"
 )
 
 const (
@@ -135,14 +136,18 @@ func TestUnmanageAndStopLeaveNoGoroutines(t *testing.T) {
 	})
 
 	m.UnmanageVolume("v1")
-	if w := e.clock.Waiters(); w != 1 {
-		t.Fatalf("after UnmanageVolume %d timers remain, want 1", w)
-	}
+	e.poll("v1's loop to stop waiting", func() bool { return e.clock.Waiters() == 1 })
 	if m.IsVolumeReady("v1") || m.isManaged("v1") {
 		t.Fatal("v1 still managed")
 	}
+	// Series survive UnmanageVolume (kubelet may publish the volume again); they go when the
+	// volume is gone for good.
+	if e.counter(gatePending, "v1") != 1 {
+		t.Fatal("UnmanageVolume deleted the volume's series")
+	}
+	m.DeleteVolumeMetricSeries("v1")
 	if e.counter(gatePending, "v1") != 0 {
-		t.Fatal("per-volume series of an unmanaged volume were not deleted")
+		t.Fatal("DeleteVolumeMetricSeries kept the volume's series")
 	}
 	m.UnmanageVolume("unknown") // no-op
 	m.Stop()
@@ -174,6 +179,9 @@ func TestRequestLabelsOwnerAndSpec(t *testing.T) {
 	}
 	if len(req.OwnerReferences) != 1 {
 		t.Fatalf("owner references = %+v", req.OwnerReferences)
+	}
+	if !req.CreationTimestamp.IsZero() {
+		t.Errorf("CreationTimestamp = %v; the manager must leave it to the apiserver", req.CreationTimestamp)
 	}
 	ref := req.OwnerReferences[0]
 	if ref.APIVersion != "v1" || ref.Kind != "Pod" || ref.Name != "pod-v1" || string(ref.UID) != "uid-v1" {
@@ -238,8 +246,10 @@ func TestStaleRequestsAreDeletedOldestFirst(t *testing.T) {
 			names = append(names, r.Name)
 		}
 	}
-	if len(e.requests()) != 2 || len(names) != 1 || names[0] != "newest" {
-		t.Fatalf("kept %d requests, old ones %v; want the newest old one and the new one", len(e.requests()), names)
+	// As upstream: delete down to MaxRequestsPerVolume, oldest first, before anything else;
+	// the newest is Failed (not resumable), so it is left and the new one created beside it.
+	if len(e.requests()) != 3 || len(names) != 2 || names[0] != "middle" || names[1] != "newest" {
+		t.Fatalf("kept %d requests, old ones %v; want middle, newest and the new one", len(e.requests()), names)
 	}
 }
 
@@ -251,6 +261,7 @@ func TestPendingRequestResumedWhileKeyInMemory(t *testing.T) {
 		t.Fatalf("expected an attempt, got %v", d)
 	}
 	first := e.waitForPending()
+	e.waitInformerHas(first)
 	// Nobody signs: the attempt times out after 60 s on the injected clock.
 	e.poll("the attempt to wait on its deadline", func() bool { return e.clock.Waiters() == 1 })
 	e.clock.Step(issueTimeout)
@@ -347,48 +358,118 @@ func TestManageVolumeImmediateGateClosed(t *testing.T) {
 		t.Fatalf("ManageVolumeImmediate = %v, %v; want true, ErrNotReadyToRequest", managed, err)
 	}
 	var nr *NotReadyToRequestError
-	if !errors.As(err, &nr) || nr.Reason != "pod has no IP yet" || !strings.Contains(err.Error(), "pod has no IP yet") {
+	if !errors.As(err, &nr) || nr.Reason != "pod has no IP yet" {
 		t.Fatalf("reason lost: %v", err)
 	}
-	// The loop starts from that outcome: it waits the first gate step, without a second attempt.
-	e.expectAttemptThenWait(time.Second)
-	if e.gateCalls.Load() != 1 {
-		t.Fatalf("gate asked %d times, want 1", e.gateCalls.Load())
+	if want := "driver is not ready to request a certificate for this volume: pod has no IP yet"; err.Error() != want {
+		t.Fatalf("error = %q, want upstream's %q", err, want)
+	}
+	// As upstream: the volume stays registered for the caller to unmanage, and no loop starts.
+	if !m.isManaged("v1") {
+		t.Fatal("volume not left registered")
+	}
+	if m.volumes["v1"].loopStarted || e.gateCalls.Load() != 1 {
+		t.Fatalf("a loop started after a failed immediate attempt (gate calls %d)", e.gateCalls.Load())
+	}
+	// An immediate attempt's gate refusal is an issuance error too (upstream counts every error
+	// the immediate attempt returns), and a gate-pending attempt.
+	if got := e.counter(issueErrors, "v1"); got != 1 {
+		t.Errorf("issue_errors_total = %v, want 1", got)
+	}
+	if got := e.counter(gatePending, "v1"); got != 1 {
+		t.Errorf("issue_gate_pending_total = %v, want 1", got)
 	}
 	if ok, reason := m.IsVolumeReadyToRequest("v1"); ok || reason != "pod has no IP yet" {
 		t.Fatalf("IsVolumeReadyToRequest = %v, %q", ok, reason)
 	}
+	if ok, reason := m.IsVolumeReadyToRequest("missing"); ok || reason != "" {
+		t.Fatalf("IsVolumeReadyToRequest(missing) = %v, %q; want false, \"\"", ok, reason)
+	}
 }
 
-func TestOverlappingImmediateNeverSucceedsWithoutCertificate(t *testing.T) {
-	e := newEnv(t, nil)
-	e.gateOpen.Store(false)
-	e.register("v1", false)
-	m := e.start()
-	if !m.ManageVolume("v1") {
-		t.Fatal("ManageVolume failed")
+// failingReader fails ReadMetadata for one volume.
+type failingReader struct {
+	storage.MetadataReader
+	fail string
+}
+
+func (r failingReader) ReadMetadata(id string) (metadata.Metadata, error) {
+	if id == r.fail {
+		return metadata.Metadata{}, errors.New("disk on fire")
 	}
-	e.expectAttemptThenWait(time.Second)
-	// A second caller while the loop waits on the gate: it must attempt, not report success.
-	e.gateOpen.Store(true)
+	return r.MetadataReader.ReadMetadata(id)
+}
+
+// TestManageReturnsAsUpstream pins what ManageVolume and ManageVolumeImmediate return and do.
+func TestManageReturnsAsUpstream(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.MetadataReader = failingReader{MetadataReader: o.MetadataReader, fail: "broken"} })
+	e.register("v1", false)
+	e.register("broken", false)
+	m := e.start()
+
+	// ManageVolume reads nothing: unreadable metadata still registers, and only the first call
+	// reports true.
+	if !m.ManageVolume("broken") {
+		t.Fatal("ManageVolume(broken) = false; it reads no metadata, so want true")
+	}
+	if m.ManageVolume("broken") {
+		t.Fatal("second ManageVolume = true; want false (already managed)")
+	}
+	m.UnmanageVolume("broken")
+
+	// ManageVolumeImmediate: a read error leaves the volume registered, no loop.
+	managed, err := m.ManageVolumeImmediate(context.Background(), "broken")
+	if !managed || err == nil || !strings.HasPrefix(err.Error(), "reading metadata: ") {
+		t.Fatalf("ManageVolumeImmediate(broken) = %v, %v; want true, reading metadata: ...", managed, err)
+	}
+	if !m.isManaged("broken") || m.volumes["broken"].loopStarted {
+		t.Fatal("after a read error the volume must stay registered without a loop")
+	}
+
+	// A success starts the loop; a second call on a managed volume is (false, nil) with no
+	// attempt.
 	done := make(chan error, 1)
-	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
+	go func() {
+		managed, err := m.ManageVolumeImmediate(context.Background(), "v1")
+		if !managed {
+			err = errors.New("not managed")
+		}
+		done <- err
+	}()
 	e.issuePending()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	calls := e.counter(issueCalls, "v1")
+	if managed, err := m.ManageVolumeImmediate(context.Background(), "v1"); managed || err != nil {
+		t.Fatalf("ManageVolumeImmediate on a managed volume = %v, %v; want false, nil", managed, err)
+	}
+	if got := e.counter(issueCalls, "v1"); got != calls {
+		t.Fatalf("a managed volume got another attempt (%v calls, want %v)", got, calls)
+	}
+	if n := len(e.requests()); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
+	}
+
+	// IsVolumeReady is true up to and including the next issuance time.
+	meta, _ := e.store.ReadMetadata("v1")
+	e.clock.SetTime(*meta.NextIssuanceTime)
 	if !m.IsVolumeReady("v1") {
-		t.Fatal("success reported without a certificate")
+		t.Fatal("IsVolumeReady at Now == NextIssuanceTime = false; want true")
 	}
-	if n := len(e.requests()); n != 1 {
-		t.Fatalf("%d requests, want 1", n)
+	e.clock.SetTime(meta.NextIssuanceTime.Add(time.Nanosecond))
+	if m.IsVolumeReady("v1") {
+		t.Fatal("IsVolumeReady after NextIssuanceTime = true")
 	}
-	// With a certificate, a further call succeeds at once without a new request.
-	if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); err != nil {
-		t.Fatal(err)
+
+	// After Stop: refusals, and Stop again is harmless.
+	m.Stop()
+	m.Stop()
+	if m.ManageVolume("v2") {
+		t.Fatal("ManageVolume after Stop = true")
 	}
-	if n := len(e.requests()); n != 1 {
-		t.Fatalf("%d requests, want 1", n)
+	if managed, err := m.ManageVolumeImmediate(context.Background(), "v2"); managed || err == nil {
+		t.Fatalf("ManageVolumeImmediate after Stop = %v, %v; want false and an error", managed, err)
 	}
 }
 
@@ -428,15 +509,29 @@ func TestWriteKeypairWithoutNextIssuanceTimeDoesNotSpin(t *testing.T) {
 
 func TestOptionsDefaultsAndValidation(t *testing.T) {
 	e := newEnv(t, nil)
-	if _, err := NewManager(Options{}); err == nil || !strings.Contains(err.Error(), "Client") {
-		t.Fatalf("empty options: %v", err)
-	}
-	bad := e.opts
-	bad.MaxRequestsPerVolume = -1
-	if _, err := NewManager(bad); err == nil {
-		t.Fatal("negative MaxRequestsPerVolume accepted")
-	}
+	// Upstream's texts, in upstream's order: clear the fields one by one from a complete set.
 	o := e.opts
+	steps := []struct {
+		clear func(*Options)
+		want  string
+	}{
+		{func(o *Options) { o.NodeID = "" }, "NodeID must be set"},
+		{func(o *Options) { o.MaxRequestsPerVolume = -1 }, "MaxRequestsPerVolume cannot be less than zero"},
+		{func(o *Options) { o.WriteKeypair = nil }, "WriteKeypair must be set"},
+		{func(o *Options) { o.SignRequest = nil }, "SignRequest must be set"},
+		{func(o *Options) { o.GenerateRequest = nil }, "GenerateRequest must be set"},
+		{func(o *Options) { o.GeneratePrivateKey = nil }, "GeneratePrivateKey must be set"},
+		{func(o *Options) { o.MetadataReader = nil }, "MetadataReader must be set"},
+		{func(o *Options) { o.Log = nil }, "log must be set"},
+		{func(o *Options) { o.Client = nil }, "client must be set"},
+	}
+	for _, step := range steps {
+		step.clear(&o)
+		if _, err := NewManager(o); err == nil || err.Error() != step.want {
+			t.Fatalf("NewManager = %v, want %q", err, step.want)
+		}
+	}
+	o = e.opts
 	o.RenewalBackoffConfig, o.GateBackoffConfig, o.ClientForMetadata, o.ReadyToRequest, o.Clock = nil, nil, nil, nil, nil
 	c, err := o.complete()
 	if err != nil {
@@ -477,7 +572,7 @@ func TestAttemptDeadlineOnEitherClock(t *testing.T) {
 			fc := testclock.NewFakeClock(start)
 			m := &Manager{clock: wrap(fc)}
 			v := &volume{ctx: context.Background()}
-			ctx, cancel := m.attemptContext(context.Background(), v)
+			ctx, cancel := m.attemptContext(v)
 			defer cancel()
 			fc.Step(issueTimeout - time.Millisecond)
 			if ctx.Err() != nil {

@@ -4,9 +4,7 @@ import (
 	"crypto"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -109,7 +107,18 @@ type Options struct {
 
 	// Metrics records issuance metrics. Default: none.
 	Metrics *metrics.Metrics
+
+	// GatePollInterval is how often a volume whose readiness gate said "not yet" asks the gate
+	// again while it waits out a GateBackoffConfig step longer than this: when the gate says
+	// yes, the attempt starts at once. It is what keeps drivers that never call Requeue as
+	// quick as upstream's 1 s tick (the gate is a local function: a poll costs one metadata
+	// read and one ReadyToRequest call, no request to the apiserver). Default (zero): 1 s.
+	// Negative: never poll; only the backoff and Requeue end a gate wait.
+	GatePollInterval time.Duration
 }
+
+// DefaultGatePollInterval is the default GatePollInterval.
+const DefaultGatePollInterval = time.Second
 
 // DefaultRenewalBackoff is the default RenewalBackoffConfig.
 func DefaultRenewalBackoff() wait.Backoff {
@@ -121,26 +130,27 @@ func DefaultGateBackoff() wait.Backoff {
 	return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Cap: 10 * time.Second, Steps: math.MaxInt32}
 }
 
-// complete checks o and returns a copy with every default filled in. The backoffs are copied, so
-// later changes by the caller do not reach the manager.
+// complete checks o in upstream's order, with upstream's texts, and returns a copy with every
+// default filled in. The backoffs are copied, so later changes by the caller do not reach the
+// manager.
 func (o Options) complete() (Options, error) {
-	var missing []string
-	for name, isNil := range map[string]bool{
-		"Client": o.Client == nil, "MetadataReader": o.MetadataReader == nil, "Log": o.Log == nil,
-		"NodeID": o.NodeID == "", "GeneratePrivateKey": o.GeneratePrivateKey == nil,
-		"GenerateRequest": o.GenerateRequest == nil, "SignRequest": o.SignRequest == nil,
-		"WriteKeypair": o.WriteKeypair == nil,
+	for _, check := range []struct {
+		missing bool
+		text    string
+	}{
+		{o.Client == nil, "client must be set"},
+		{o.Log == nil, "log must be set"},
+		{o.MetadataReader == nil, "MetadataReader must be set"},
+		{o.GeneratePrivateKey == nil, "GeneratePrivateKey must be set"},
+		{o.GenerateRequest == nil, "GenerateRequest must be set"},
+		{o.SignRequest == nil, "SignRequest must be set"},
+		{o.WriteKeypair == nil, "WriteKeypair must be set"},
+		{o.MaxRequestsPerVolume < 0, "MaxRequestsPerVolume cannot be less than zero"},
+		{o.NodeID == "", "NodeID must be set"},
 	} {
-		if isNil {
-			missing = append(missing, name)
+		if check.missing {
+			return o, errors.New(check.text)
 		}
-	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		return o, fmt.Errorf("manager options: required fields not set: %v", missing)
-	}
-	if o.MaxRequestsPerVolume < 0 {
-		return o, errors.New("manager options: MaxRequestsPerVolume must not be negative")
 	}
 	if o.MaxRequestsPerVolume == 0 {
 		o.MaxRequestsPerVolume = 1
@@ -154,6 +164,9 @@ func (o Options) complete() (Options, error) {
 	}
 	if o.ReadyToRequest == nil {
 		o.ReadyToRequest = AlwaysReadyToRequest
+	}
+	if o.GatePollInterval == 0 {
+		o.GatePollInterval = DefaultGatePollInterval
 	}
 	o.RenewalBackoffConfig = copyBackoff(o.RenewalBackoffConfig, DefaultRenewalBackoff())
 	o.GateBackoffConfig = copyBackoff(o.GateBackoffConfig, DefaultGateBackoff())

@@ -3,6 +3,8 @@ package metrics
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
+	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
@@ -33,10 +35,17 @@ var (
 	readyConditions = []cmmeta.ConditionStatus{cmmeta.ConditionTrue, cmmeta.ConditionFalse, cmmeta.ConditionUnknown}
 )
 
-// CertificateRequestCollector describes, on every scrape, the node's volumes and the
-// CertificateRequests labelled with the node's hash: their Ready condition, the expiry of their
-// certificate, and the volume's next issuance time. It reads the informer's cache and the
-// volumes' metadata; it never calls the apiserver and never modifies storage.
+// CertificateRequestCollector describes, on every scrape, the node's CertificateRequests and
+// volumes exactly as upstream csi-lib's collector does. It reads the informer's cache and the
+// volumes' metadata; it never calls the apiserver and never modifies storage. Per scrape:
+//  1. list the lister's requests labelled with the node's hash; on error emit nothing;
+//  2. managed_certificate_request_count = that number;
+//  3. list the volumes and read each one's metadata; on any error stop here, except that a
+//     volume whose metadata is not found (mid-registration) is skipped;
+//  4. managed_volume_count = the volumes whose NextIssuanceTime is set (a zero time counts);
+//  5. per request: the three ready_status series, expiration_timestamp_seconds (the leaf's
+//     NotAfter, 0 when the request has no certificate, no series when it does not parse) and
+//     renewal_timestamp_seconds (the NextIssuanceTime of the request's volume, 0 when none).
 type CertificateRequestCollector struct {
 	nodeNameHash   string
 	metadataReader storage.MetadataReader
@@ -59,23 +68,26 @@ func (c *CertificateRequestCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *CertificateRequestCollector) Collect(ch chan<- prometheus.Metric) {
 	node := c.nodeNameHash
-	volumeByHash := map[string]string{}
-	if c.metadataReader != nil {
-		if ids, err := c.metadataReader.ListVolumes(); err == nil {
-			ch <- prometheus.MustNewConstMetric(volumeCountDesc, prometheus.GaugeValue, float64(len(ids)), node)
-			for _, id := range ids {
-				volumeByHash[util.HashIdentifier(id)] = id
-			}
-		}
-	}
 	if c.lister == nil {
 		return
 	}
+	// Step 1.
 	reqs, err := c.lister.List(labels.SelectorFromSet(labels.Set{api.NodeIDHashLabelKey: node}))
 	if err != nil {
 		return
 	}
+	// Step 2.
 	ch <- prometheus.MustNewConstMetric(requestCountDesc, prometheus.GaugeValue, float64(len(reqs)), node)
+
+	// Step 3.
+	nextIssuance, ok := c.nextIssuanceTimes()
+	if !ok {
+		return
+	}
+	// Step 4.
+	ch <- prometheus.MustNewConstMetric(volumeCountDesc, prometheus.GaugeValue, float64(len(nextIssuance)), node)
+
+	// Step 5.
 	for _, req := range reqs {
 		ref := req.Spec.IssuerRef
 		lv := []string{req.Name, req.Namespace, ref.Name, ref.Kind, ref.Group}
@@ -88,17 +100,48 @@ func (c *CertificateRequestCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(readyStatusDesc, prometheus.GaugeValue, v,
 				req.Name, req.Namespace, string(cond), ref.Name, ref.Kind, ref.Group)
 		}
-		if notAfter, ok := leafNotAfter(req.Status.Certificate); ok {
+		if req.Status.Certificate == nil {
+			ch <- prometheus.MustNewConstMetric(expirationDesc, prometheus.GaugeValue, 0, lv...)
+		} else if notAfter, ok := leafNotAfter(req.Status.Certificate); ok {
 			ch <- prometheus.MustNewConstMetric(expirationDesc, prometheus.GaugeValue, float64(notAfter), lv...)
 		}
-		if id, ok := volumeByHash[req.Labels[api.VolumeIDHashLabelKey]]; ok && isReady(req) {
-			if meta, err := c.metadataReader.ReadMetadata(id); err == nil && meta.NextIssuanceTime != nil {
-				ch <- prometheus.MustNewConstMetric(renewalDesc, prometheus.GaugeValue, float64(meta.NextIssuanceTime.Unix()), lv...)
-			}
+		renewal := 0.0
+		if t, ok := nextIssuance[req.Labels[api.VolumeIDHashLabelKey]]; ok {
+			renewal = float64(t.Unix())
 		}
+		ch <- prometheus.MustNewConstMetric(renewalDesc, prometheus.GaugeValue, renewal, lv...)
 	}
 }
 
+// nextIssuanceTimes returns the NextIssuanceTime of every volume that has one, by volume-ID
+// hash. It reports false if the volumes cannot be listed or a metadata read fails for any
+// reason but "not found".
+func (c *CertificateRequestCollector) nextIssuanceTimes() (map[string]time.Time, bool) {
+	out := map[string]time.Time{}
+	if c.metadataReader == nil {
+		return out, true
+	}
+	ids, err := c.metadataReader.ListVolumes()
+	if err != nil {
+		return nil, false
+	}
+	for _, id := range ids {
+		meta, err := c.metadataReader.ReadMetadata(id)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, false
+		}
+		if meta.NextIssuanceTime != nil {
+			out[util.HashIdentifier(id)] = *meta.NextIssuanceTime
+		}
+	}
+	return out, true
+}
+
+// readyStatus returns the status of the request's first Ready condition, Unknown without one.
+// A status other than True, False or Unknown matches none of the three series.
 func readyStatus(req *cmapi.CertificateRequest) cmmeta.ConditionStatus {
 	for _, cond := range req.Status.Conditions {
 		if cond.Type == cmapi.CertificateRequestConditionReady {
@@ -106,10 +149,6 @@ func readyStatus(req *cmapi.CertificateRequest) cmmeta.ConditionStatus {
 		}
 	}
 	return cmmeta.ConditionUnknown
-}
-
-func isReady(req *cmapi.CertificateRequest) bool {
-	return readyStatus(req) == cmmeta.ConditionTrue && len(req.Status.Certificate) > 0
 }
 
 func leafNotAfter(chain []byte) (int64, bool) {

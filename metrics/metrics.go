@@ -6,7 +6,11 @@
 // The fork adds two label vectors, certmanager_csi_issue_gate_pending_total and
 // certmanager_csi_publish_to_first_certificate_seconds; like every vector they print nothing
 // until observed, so a driver that never reaches the new code paths scrapes as before.
-// Per-volume series are deleted by ForgetVolume when a volume is unmanaged.
+// Per-volume series are deleted by DeleteVolumeSeries when a volume is gone for good (the node
+// server calls it through the manager after a successful NodeUnpublishVolume); a failed publish
+// keeps them, because kubelet retries the same volume. A volume whose pod was deleted before any
+// publish succeeded gets no unpublish, so its series (at most three) live until the process
+// restarts. The start-up sweep runs before any series exists in a new process.
 //
 // All methods of a nil *Metrics do nothing, so the manager can call them unconditionally.
 package metrics
@@ -121,9 +125,10 @@ func (m *Metrics) ObservePublishToFirstCertificate(nodeNameHash string, d time.D
 	}
 }
 
-// ForgetVolume deletes the volume's per-volume series, so a long-lived node does not keep
-// series for pods long gone.
-func (m *Metrics) ForgetVolume(nodeNameHash, volumeID string) {
+// DeleteVolumeSeries deletes the volume's per-volume series (issue requests, issue errors, gate
+// pending), so a long-lived node does not keep series for pods long gone. Call it only when the
+// volume is gone for good.
+func (m *Metrics) DeleteVolumeSeries(nodeNameHash, volumeID string) {
 	if m == nil {
 		return
 	}

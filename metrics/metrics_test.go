@@ -3,6 +3,7 @@ package metrics
 import (
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"io"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cert-manager/csi-lib/internal/api"
@@ -70,10 +72,10 @@ certmanager_csi_issue_requests_total{node="f56fd9f8b",volume="v1"} 1
 	if n := count("certmanager_csi_publish_to_first_certificate_seconds"); n != 1 {
 		t.Fatalf("histogram series = %d", n)
 	}
-	m.ForgetVolume("f56fd9f8b", "v1")
+	m.DeleteVolumeSeries("f56fd9f8b", "v1")
 	for _, name := range []string{"certmanager_csi_issue_gate_pending_total", "certmanager_csi_issue_errors_total", "certmanager_csi_issue_requests_total"} {
 		if n := count(name); n != 0 {
-			t.Fatalf("%s kept %d series after ForgetVolume", name, n)
+			t.Fatalf("%s kept %d series after DeleteVolumeSeries", name, n)
 		}
 	}
 	var nilMetrics *Metrics
@@ -113,34 +115,68 @@ func TestCollectorDescribesRequestsAndVolumes(t *testing.T) {
 	otherNode := issued.DeepCopy()
 	otherNode.Name = "other"
 	otherNode.Labels[api.NodeIDHashLabelKey] = "elsewhere"
-	for _, o := range []any{issued, otherNode} {
+	// pending: no certificate yet (expiration 0), for a volume with no time (renewal 0).
+	pending := issued.DeepCopy()
+	pending.Name = "pending"
+	pending.Labels[api.VolumeIDHashLabelKey] = util.HashIdentifier("v2")
+	pending.Status = cmapi.CertificateRequestStatus{}
+	// garbage: a certificate that does not parse (no expiration series), an odd Ready status
+	// (all three ready series 0), for a volume the store does not have (renewal 0).
+	garbage := issued.DeepCopy()
+	garbage.Name = "garbage"
+	garbage.Labels[api.VolumeIDHashLabelKey] = util.HashIdentifier("gone")
+	garbage.Status = cmapi.CertificateRequestStatus{Certificate: []byte("not PEM"), Conditions: []cmapi.CertificateRequestCondition{
+		{Type: cmapi.CertificateRequestConditionReady, Status: "Odd"}}}
+	// zero: a request for a volume registered with a zero time (ContinueOnNotReady).
+	zero := pending.DeepCopy()
+	zero.Name = "zero"
+	zero.Labels[api.VolumeIDHashLabelKey] = util.HashIdentifier("v3")
+	var zeroTime time.Time
+	if _, err := store.RegisterMetadata(metadata.Metadata{VolumeID: "v3", NextIssuanceTime: &zeroTime}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []any{issued, otherNode, pending, garbage, zero} {
 		if err := indexer.Add(o); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want := `
+	// The whole exposition, every family: upstream's output for this state. The counters print
+	// nothing until observed.
+	const labels = `issuer_group="cert-manager.io",issuer_kind="Issuer",issuer_name="iss"`
+	want := strings.ReplaceAll(`
 # HELP certmanager_csi_certificate_request_expiration_timestamp_seconds The timestamp after which the certificate request expires, expressed in Unix Epoch Time.
 # TYPE certmanager_csi_certificate_request_expiration_timestamp_seconds gauge
-certmanager_csi_certificate_request_expiration_timestamp_seconds{issuer_group="cert-manager.io",issuer_kind="Issuer",issuer_name="iss",name="cr1",namespace="ns"} 1.7000036e+09
+certmanager_csi_certificate_request_expiration_timestamp_seconds{L,name="cr1",namespace="ns"} 1.7000036e+09
+certmanager_csi_certificate_request_expiration_timestamp_seconds{L,name="pending",namespace="ns"} 0
+certmanager_csi_certificate_request_expiration_timestamp_seconds{L,name="zero",namespace="ns"} 0
 # HELP certmanager_csi_certificate_request_ready_status The ready status of the certificate request.
 # TYPE certmanager_csi_certificate_request_ready_status gauge
-certmanager_csi_certificate_request_ready_status{condition="False",issuer_group="cert-manager.io",issuer_kind="Issuer",issuer_name="iss",name="cr1",namespace="ns"} 0
-certmanager_csi_certificate_request_ready_status{condition="True",issuer_group="cert-manager.io",issuer_kind="Issuer",issuer_name="iss",name="cr1",namespace="ns"} 1
-certmanager_csi_certificate_request_ready_status{condition="Unknown",issuer_group="cert-manager.io",issuer_kind="Issuer",issuer_name="iss",name="cr1",namespace="ns"} 0
+certmanager_csi_certificate_request_ready_status{condition="False",L,name="cr1",namespace="ns"} 0
+certmanager_csi_certificate_request_ready_status{condition="False",L,name="garbage",namespace="ns"} 0
+certmanager_csi_certificate_request_ready_status{condition="False",L,name="pending",namespace="ns"} 0
+certmanager_csi_certificate_request_ready_status{condition="False",L,name="zero",namespace="ns"} 0
+certmanager_csi_certificate_request_ready_status{condition="True",L,name="cr1",namespace="ns"} 1
+certmanager_csi_certificate_request_ready_status{condition="True",L,name="garbage",namespace="ns"} 0
+certmanager_csi_certificate_request_ready_status{condition="True",L,name="pending",namespace="ns"} 0
+certmanager_csi_certificate_request_ready_status{condition="True",L,name="zero",namespace="ns"} 0
+certmanager_csi_certificate_request_ready_status{condition="Unknown",L,name="cr1",namespace="ns"} 0
+certmanager_csi_certificate_request_ready_status{condition="Unknown",L,name="garbage",namespace="ns"} 0
+certmanager_csi_certificate_request_ready_status{condition="Unknown",L,name="pending",namespace="ns"} 1
+certmanager_csi_certificate_request_ready_status{condition="Unknown",L,name="zero",namespace="ns"} 1
 # HELP certmanager_csi_certificate_request_renewal_timestamp_seconds The timestamp after which the certificate request should be renewed, expressed in Unix Epoch Time.
 # TYPE certmanager_csi_certificate_request_renewal_timestamp_seconds gauge
-certmanager_csi_certificate_request_renewal_timestamp_seconds{issuer_group="cert-manager.io",issuer_kind="Issuer",issuer_name="iss",name="cr1",namespace="ns"} 1.7000024e+09
+certmanager_csi_certificate_request_renewal_timestamp_seconds{L,name="cr1",namespace="ns"} 1.7000024e+09
+certmanager_csi_certificate_request_renewal_timestamp_seconds{L,name="garbage",namespace="ns"} 0
+certmanager_csi_certificate_request_renewal_timestamp_seconds{L,name="pending",namespace="ns"} 0
+certmanager_csi_certificate_request_renewal_timestamp_seconds{L,name="zero",namespace="ns"} -6.21355968e+10
 # HELP certmanager_csi_managed_certificate_request_count The number of managed certificate requests by the csi driver.
 # TYPE certmanager_csi_managed_certificate_request_count gauge
-certmanager_csi_managed_certificate_request_count{node="f56fd9f8b"} 1
+certmanager_csi_managed_certificate_request_count{node="f56fd9f8b"} 4
 # HELP certmanager_csi_managed_volume_count The number of managed volumes by the csi driver.
 # TYPE certmanager_csi_managed_volume_count gauge
 certmanager_csi_managed_volume_count{node="f56fd9f8b"} 2
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"certmanager_csi_certificate_request_expiration_timestamp_seconds", "certmanager_csi_certificate_request_ready_status",
-		"certmanager_csi_certificate_request_renewal_timestamp_seconds", "certmanager_csi_managed_certificate_request_count",
-		"certmanager_csi_managed_volume_count"); err != nil {
+`, "L,", labels+",")
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
 	// The handler serves the same registry at /metrics.
@@ -158,3 +194,87 @@ certmanager_csi_managed_volume_count{node="f56fd9f8b"} 2
 }
 
 var x509Template = x509.CertificateRequest{Subject: pkix.Name{CommonName: "v1"}}
+
+// failingReader fails every call of one kind.
+type failingReader struct {
+	storage.MetadataReader
+	failList, failRead bool
+}
+
+func (f failingReader) ListVolumes() ([]string, error) {
+	if f.failList {
+		return nil, errors.New("boom")
+	}
+	return f.MetadataReader.ListVolumes()
+}
+
+func (f failingReader) ReadMetadata(id string) (metadata.Metadata, error) {
+	if f.failRead {
+		return metadata.Metadata{}, errors.New("boom")
+	}
+	return f.MetadataReader.ReadMetadata(id)
+}
+
+// failingLister fails every List.
+type failingLister struct {
+	cmlisters.CertificateRequestLister
+}
+
+func (failingLister) List(labels.Selector) ([]*cmapi.CertificateRequest, error) {
+	return nil, errors.New("boom")
+}
+
+// TestCollectorShortCircuits: a lister error emits nothing; a storage error stops after the
+// request count; a volume whose metadata is not found (mid-registration) is skipped.
+func TestCollectorShortCircuits(t *testing.T) {
+	store := storage.NewMemoryFS()
+	nit := time.Unix(100, 0)
+	if _, err := store.RegisterMetadata(metadata.Metadata{VolumeID: "v1", NextIssuanceTime: &nit}); err != nil {
+		t.Fatal(err)
+	}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	req := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Name: "cr", Namespace: "ns", Labels: map[string]string{
+		api.NodeIDHashLabelKey: util.HashIdentifier("test-node"), api.VolumeIDHashLabelKey: util.HashIdentifier("v1")}}}
+	if err := indexer.Add(req); err != nil {
+		t.Fatal(err)
+	}
+	lister := cmlisters.NewCertificateRequestLister(indexer)
+	countOnly := `
+# HELP certmanager_csi_managed_certificate_request_count The number of managed certificate requests by the csi driver.
+# TYPE certmanager_csi_managed_certificate_request_count gauge
+certmanager_csi_managed_certificate_request_count{node="f56fd9f8b"} 1
+`
+	for name, tc := range map[string]struct {
+		reader storage.MetadataReader
+		lister cmlisters.CertificateRequestLister
+		want   string
+	}{
+		"lister fails":  {store, failingLister{lister}, ""},
+		"listing fails": {failingReader{MetadataReader: store, failList: true}, lister, countOnly},
+		"a read fails":  {failingReader{MetadataReader: store, failRead: true}, lister, countOnly},
+		"mid-register":  {missingReader{store}, lister, "renewal"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(NewCertificateRequestCollector(util.HashIdentifier("test-node"), tc.reader, tc.lister))
+			if tc.want == "renewal" {
+				n, err := testutil.GatherAndCount(reg, "certmanager_csi_certificate_request_renewal_timestamp_seconds")
+				if err != nil || n != 1 {
+					t.Fatalf("a not-found volume ended the scrape: %d renewal series, %v", n, err)
+				}
+				return
+			}
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(tc.want)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// missingReader lists an extra volume whose metadata is not found.
+type missingReader struct{ storage.MetadataReader }
+
+func (r missingReader) ListVolumes() ([]string, error) {
+	ids, err := r.MetadataReader.ListVolumes()
+	return append(ids, "registering"), err
+}

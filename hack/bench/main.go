@@ -190,7 +190,7 @@ func newEnv(ca *testkit.CA, store *storage.MemoryFS, gate manager.ReadyToRequest
 	must(err)
 	e.m = m
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	must(testkit.WaitInformerLive(wctx, e.client, m.CertificateRequestLister(), "bench-node"))
+	must(testkit.WaitInformerWatching(wctx, e.client))
 	wcancel()
 	return e
 }

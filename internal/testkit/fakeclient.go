@@ -2,11 +2,14 @@ package testkit
 
 import (
 	"sync"
+	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -79,4 +82,29 @@ func NewScalableFakeClient() *fake.Clientset {
 		return true, nil, nil
 	})
 	return client
+}
+
+// StampLikeAPIServer makes client's creates of CertificateRequests get what a real apiserver
+// sets: a fresh UID and a CreationTimestamp of now, truncated to the second as the apiserver
+// stores it (so requests made within one second compare equal). The default reactors then
+// store the object as usual.
+func StampLikeAPIServer(client *fake.Clientset, now func() time.Time) {
+	client.PrependReactor("create", "certificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if req, ok := a.(k8stesting.CreateAction).GetObject().(*cmapi.CertificateRequest); ok {
+			req.UID = uuid.NewUUID()
+			req.CreationTimestamp = metav1.NewTime(now().Truncate(time.Second))
+		}
+		return false, nil, nil
+	})
+}
+
+// CountActions counts the client's recorded actions of one verb on CertificateRequests.
+func CountActions(client *fake.Clientset, verb string) int {
+	n := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == verb && a.GetResource().Resource == "certificaterequests" {
+			n++
+		}
+	}
+	return n
 }

@@ -152,9 +152,9 @@ func Run(t *testing.T, opts Options) (Options, csi.NodeClient, func()) {
 	if err != nil {
 		t.Fatalf("starting manager: %v", err)
 	}
-	if _, isFake := opts.Client.(*fake.Clientset); isFake {
+	if recorder, ok := opts.Client.(testkit.ActionRecorder); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := testkit.WaitInformerLive(ctx, opts.Client, m.CertificateRequestLister(), opts.NodeID)
+		err := testkit.WaitInformerWatching(ctx, recorder)
 		cancel()
 		if err != nil {
 			m.Stop()

@@ -1,0 +1,427 @@
+package manager
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+// publishAttempt runs ManageVolumeImmediate as the node server does and returns a function
+// that plays kubelet's deadline: it cancels the call and returns its error (once; later calls
+// return the same error), and a channel that receives the error when the call ends by itself.
+func publishAttempt(m *Manager, id string) (deadline func() error, done <-chan error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	result := make(chan error, 1)
+	go func() {
+		_, err := m.ManageVolumeImmediate(ctx, id)
+		ch <- err
+		result <- err
+	}()
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() { cancel(); err = <-result })
+		return err
+	}, ch
+}
+
+// waitInformerHas waits until the manager's informer holds the request.
+func (e *env) waitInformerHas(req *cmapi.CertificateRequest) {
+	e.t.Helper()
+	e.poll("the informer to see "+req.Name, func() bool {
+		_, err := e.m.lister.CertificateRequests(req.Namespace).Get(req.Name)
+		return err == nil
+	})
+}
+
+func keyMatches(t *testing.T, key crypto.PrivateKey, chain []byte) bool {
+	t.Helper()
+	block, _ := pem.Decode(chain)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(cert.PublicKey)
+}
+
+// TestResumeAcrossPublishRetries is upstream's supported scenario: a publish times out while its
+// request is pending and is cleaned up; kubelet's retry finds the same request and waits on it
+// with the same key; the signer issues it; the next retry takes that certificate. One create.
+func TestResumeAcrossPublishRetries(t *testing.T) {
+	e := newEnv(t, nil)
+	testkit.StampLikeAPIServer(e.client, e.clock.Now)
+	e.register("v1", false)
+	m := e.start()
+
+	// Publish #1: creates R and hits its deadline; the node server's clean-up unmanages.
+	deadline, _ := publishAttempt(m, "v1")
+	r := e.waitForPending()
+	if r.UID == "" || r.CreationTimestamp.IsZero() {
+		t.Fatalf("the fake did not stamp the request like an apiserver: %+v", r.ObjectMeta)
+	}
+	err := deadline()
+	if err == nil || !strings.HasPrefix(err.Error(), "waiting for request: ") || !errors.Is(err, context.Canceled) {
+		t.Fatalf("publish #1 = %v; want upstream's \"waiting for request: ...\" wrapping the cause", err)
+	}
+	m.UnmanageVolume("v1")
+	e.waitInformerHas(r)
+
+	// Publish #2: resumes R, creates nothing, times out again.
+	deadline, _ = publishAttempt(m, "v1")
+	e.poll("publish #2 to wait on R", func() bool {
+		e.m.mu.Lock()
+		defer e.m.mu.Unlock()
+		return len(e.m.watchers) == 1
+	})
+	if err := deadline(); err == nil {
+		t.Fatal("publish #2 succeeded without a certificate")
+	}
+	m.UnmanageVolume("v1")
+	if n := testkit.CountActions(e.client, "create"); n != 1 {
+		t.Fatalf("%d creates after two publishes, want 1", n)
+	}
+
+	// The signer issues R; publish #3 takes R's certificate with the original key.
+	issued, err := testkit.Issue(context.Background(), e.client, e.ca, r, e.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.poll("the informer to see R issued", func() bool {
+		got, err := m.lister.CertificateRequests("ns").Get(r.Name)
+		return err == nil && len(got.Status.Certificate) > 0
+	})
+	if managed, err := m.ManageVolumeImmediate(context.Background(), "v1"); !managed || err != nil {
+		t.Fatalf("publish #3 = %v, %v", managed, err)
+	}
+	if n := testkit.CountActions(e.client, "create"); n != 1 {
+		t.Fatalf("%d creates in all, want exactly 1", n)
+	}
+	e.mu.Lock()
+	written := e.written["v1"]
+	e.mu.Unlock()
+	if len(written) != 1 || !keyMatches(t, written[0], issued.Status.Certificate) {
+		t.Fatal("the key pair written is not R's certificate with R's key")
+	}
+	m.mu.Lock()
+	keys := len(m.pendingKeys)
+	m.mu.Unlock()
+	if keys != 0 {
+		t.Fatalf("%d keys kept after the key pair was written", keys)
+	}
+}
+
+// TestLoneDeniedConditionIsResumedAndFails: a request with only a Denied condition is still
+// the one to wait on (upstream's rule); the wait fails with upstream's denial text and the key is
+// dropped, so the next attempt replaces the request.
+func TestLoneDeniedConditionIsResumedAndFails(t *testing.T) {
+	e := newEnv(t, nil)
+	e.register("v1", false)
+	m := e.start()
+	deadline, _ := publishAttempt(m, "v1")
+	r := e.waitForPending()
+	_ = deadline()
+	m.UnmanageVolume("v1")
+	r.Status.Conditions = []cmapi.CertificateRequestCondition{testkit.Denied("policy says no")}
+	if _, err := e.client.CertmanagerV1().CertificateRequests("ns").UpdateStatus(context.Background(), r, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.poll("the informer to see the denial", func() bool {
+		got, _ := m.lister.CertificateRequests("ns").Get(r.Name)
+		return got != nil && len(got.Status.Conditions) > 0
+	})
+	_, err := m.ManageVolumeImmediate(context.Background(), "v1")
+	want := `request "` + r.Name + `" has been denied by the approval plugin: policy says no`
+	if err == nil || err.Error() != want {
+		t.Fatalf("error = %v, want %q", err, want)
+	}
+	if n := testkit.CountActions(e.client, "create"); n != 1 {
+		t.Fatalf("%d creates, want 1 (the denied request was waited on, not replaced)", n)
+	}
+	m.UnmanageVolume("v1")
+	// Now the key is gone: the next attempt deletes the request and creates a new one.
+	deadline, _ = publishAttempt(m, "v1")
+	e.poll("a replacement request", func() bool {
+		reqs := e.requests()
+		return len(reqs) == 1 && reqs[0].Name != r.Name
+	})
+	_ = deadline()
+}
+
+func TestFailedRequestText(t *testing.T) {
+	e := newEnv(t, nil)
+	e.register("v1", false)
+	m := e.start()
+	deadline, done := publishAttempt(m, "v1")
+	defer deadline()
+	r := e.waitForPending()
+	r.Status.Conditions = []cmapi.CertificateRequestCondition{testkit.Failed("issuer exploded")}
+	if _, err := e.client.CertmanagerV1().CertificateRequests("ns").UpdateStatus(context.Background(), r, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := `request "` + r.Name + `" has failed: issuer exploded`
+	if err := <-done; err == nil || err.Error() != want {
+		t.Fatalf("error = %v, want %q", err, want)
+	}
+}
+
+// TestRequestShapeForAZeroBundle: Duration is always set (0s) and the owner reference is always
+// there, even with an empty pod name and UID.
+func TestRequestShapeForAZeroBundle(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.GenerateRequest = func(meta metadata.Metadata) (*CertificateRequestBundle, error) {
+			return &CertificateRequestBundle{Request: &x509.CertificateRequest{Subject: pkix.Name{CommonName: "x"}}, Namespace: "ns"}, nil
+		}
+	})
+	if _, err := e.store.RegisterMetadata(metadata.Metadata{VolumeID: "v1"}); err != nil {
+		t.Fatal(err)
+	}
+	m := e.start()
+	deadline, _ := publishAttempt(m, "v1")
+	defer deadline()
+	r := e.waitForPending()
+	if r.Spec.Duration == nil || r.Spec.Duration.Duration != 0 {
+		t.Errorf("Duration = %v, want 0s set", r.Spec.Duration)
+	}
+	if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].Kind != "Pod" || r.OwnerReferences[0].Name != "" || r.OwnerReferences[0].UID != "" {
+		t.Errorf("owner references = %+v, want one empty Pod reference", r.OwnerReferences)
+	}
+}
+
+// TestDefaultNextIssuanceTimeIsUpstreams: NotAfter − (NotAfter − NotBefore)/3, which differs
+// from NotBefore + 2/3 of the life by a nanosecond when the life in seconds is not a multiple
+// of 3.
+func TestDefaultNextIssuanceTimeIsUpstreams(t *testing.T) {
+	ca, err := testkit.NewCA("ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := testkit.NewKey()
+	csr, _ := testkit.CSR(&x509.CertificateRequest{Subject: pkix.Name{CommonName: "x"}}, key)
+	chain, err := ca.Sign(csr, start, 3601*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := defaultNextIssuanceTime(chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAfter := start.Add(3601 * time.Second)
+	if want := notAfter.Add(-3601 * time.Second / 3); !got.Equal(want) {
+		t.Fatalf("next issuance = %v, want %v", got, want)
+	}
+	if twoThirds := start.Add(3601 * time.Second * 2 / 3); got.Equal(twoThirds) {
+		t.Fatal("computed NotBefore + 2/3 life, not upstream's NotAfter − life/3")
+	}
+}
+
+// TestAlreadyDueCertificateWaitsASecond: a signer that returns a certificate already past its
+// renewal point must not turn the loop into a hot loop: it waits 1 s on the clock. With a clock
+// that is never stepped there is exactly one issuance.
+func TestAlreadyDueCertificateWaitsASecond(t *testing.T) {
+	e := newEnv(t, nil)
+	e.register("v1", true)
+	e.start()
+	if d := e.nextTimer(); d != issueTimeout {
+		t.Fatalf("expected an attempt, got %v", d)
+	}
+	req := e.waitForPending()
+	// Valid from 2 h ago for 1 h: renewal was due 80 minutes ago.
+	if _, err := testkit.Issue(context.Background(), e.client, e.ca, req, e.clock.Now().Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	e.expectWait(minWaitAfterSuccess)
+	if got := e.counter(issueCalls, "v1"); got != 1 {
+		t.Fatalf("%v attempts before the clock moved, want 1", got)
+	}
+	e.stepWait(minWaitAfterSuccess)
+	if d := e.nextTimer(); d != issueTimeout {
+		t.Fatalf("after the second, expected a renewal attempt, got %v", d)
+	}
+}
+
+// TestUnmanageWaitsOnlyForWriteKeypair: UnmanageVolume returns at once while a driver function
+// other than WriteKeypair hangs, waits while WriteKeypair runs, and after it returns nothing of
+// that attempt is written. The same holds for an attempt of ManageVolumeImmediate.
+func TestUnmanageWaitsOnlyForWriteKeypair(t *testing.T) {
+	for _, immediate := range []bool{false, true} {
+		name := "loop"
+		if immediate {
+			name = "immediate"
+		}
+		t.Run(name, func(t *testing.T) {
+			keygenEntered, keygenRelease := make(chan struct{}), make(chan struct{})
+			writeEntered, writeRelease := make(chan struct{}), make(chan struct{})
+			hangKeygen := true
+			e := newEnv(t, nil)
+			base := e.opts.GeneratePrivateKey
+			e.opts.GeneratePrivateKey = func(meta metadata.Metadata) (crypto.PrivateKey, error) {
+				if hangKeygen {
+					hangKeygen = false
+					close(keygenEntered)
+					<-keygenRelease
+				}
+				return base(meta)
+			}
+			baseWrite := e.opts.WriteKeypair
+			e.opts.WriteKeypair = func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
+				close(writeEntered)
+				<-writeRelease
+				return baseWrite(meta, key, chain, ca)
+			}
+			e.register("v1", !immediate)
+			m := e.start()
+			if immediate {
+				go func() { _, _ = m.ManageVolumeImmediate(context.Background(), "v1") }()
+			}
+			<-keygenEntered
+			// A hanging GeneratePrivateKey does not hold up UnmanageVolume.
+			m.UnmanageVolume("v1")
+			close(keygenRelease)
+			if n := testkit.CountActions(e.client, "create"); n != 0 {
+				t.Fatalf("an unmanaged volume's attempt created %d requests", n)
+			}
+
+			// Manage again; this time WriteKeypair hangs.
+			if immediate {
+				go func() { _, _ = m.ManageVolumeImmediate(context.Background(), "v1") }()
+			} else if !m.ManageVolume("v1") {
+				t.Fatal("ManageVolume = false")
+			}
+			e.issuePending()
+			<-writeEntered
+			unmanaged := make(chan struct{})
+			go func() { m.UnmanageVolume("v1"); close(unmanaged) }()
+			select {
+			case <-unmanaged:
+				t.Fatal("UnmanageVolume returned while WriteKeypair was running")
+			case <-time.After(50 * time.Millisecond):
+			}
+			close(writeRelease)
+			<-unmanaged
+			e.mu.Lock()
+			n := len(e.written["v1"])
+			e.mu.Unlock()
+			if n != 1 {
+				t.Fatalf("%d key pairs written, want the one in flight", n)
+			}
+		})
+	}
+}
+
+// TestStopDoesNotWaitForDriverFunctions: Stop returns while GeneratePrivateKey hangs; when it
+// returns, the loop exits without creating anything.
+func TestStopDoesNotWaitForDriverFunctions(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	e := newEnv(t, nil)
+	e.opts.GeneratePrivateKey = func(metadata.Metadata) (crypto.PrivateKey, error) {
+		close(entered)
+		<-release
+		return testkit.NewKey()
+	}
+	e.register("v1", true)
+	m := e.start()
+	<-entered
+	stopped := make(chan struct{})
+	go func() { m.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(pollTimeout):
+		t.Fatal("Stop waited for a driver function")
+	}
+	close(release)
+	e.poll("the loop to leave", func() bool {
+		m.active.mu.Lock()
+		defer m.active.mu.Unlock()
+		return m.active.n == 0
+	})
+	if n := testkit.CountActions(e.client, "create"); n != 0 {
+		t.Fatalf("%d requests created after Stop", n)
+	}
+}
+
+// TestGatePollEndsALongGateWait: a driver that never calls Requeue still starts issuing within
+// GatePollInterval of its gate opening, however long the gate backoff's step.
+func TestGatePollEndsALongGateWait(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.GatePollInterval = time.Second
+		o.GateBackoffConfig = noJitter(8*time.Second, 10*time.Second)
+	})
+	e.gateOpen.Store(false)
+	e.register("v1", true)
+	e.start()
+	e.expectAttemptThenWait(time.Second) // the 8 s step, polled every second
+	e.stepWait(time.Second)
+	e.expectWait(time.Second) // gate still closed: keep waiting
+	e.gateOpen.Store(true)
+	e.stepWait(time.Second)
+	if d := e.nextTimer(); d != issueTimeout {
+		t.Fatalf("the gate opened but no attempt followed (got a %v timer)", d)
+	}
+	if got := e.counter(gatePending, "v1"); got != 1 {
+		t.Fatalf("gate polls counted as attempts: gate_pending_total = %v, want 1", got)
+	}
+}
+
+// TestEmptyNamespaceRequestIsSeenIssued: waiters and informer events use the same key for a
+// request in namespace "" (fake clientsets accept one).
+func TestEmptyNamespaceRequestIsSeenIssued(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		base := o.GenerateRequest
+		o.GenerateRequest = func(meta metadata.Metadata) (*CertificateRequestBundle, error) {
+			b, err := base(meta)
+			b.Namespace = ""
+			return b, err
+		}
+	})
+	e.register("v1", false)
+	m := e.start()
+	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); done <- err }()
+	var req *cmapi.CertificateRequest
+	e.poll("a request in namespace \"\"", func() bool {
+		list, _ := e.client.CertmanagerV1().CertificateRequests("").List(context.Background(), metav1.ListOptions{})
+		if len(list.Items) == 1 {
+			req = &list.Items[0]
+		}
+		return req != nil
+	})
+	if _, err := testkit.Issue(context.Background(), e.client, e.ca, req, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the issued request was never seen: %v", err)
+	}
+}
+
+// TestDueCheckReadFailureIsNotAnIssueError: a metadata read failing in the due check is
+// logged and retried on the renewal backoff, not counted.
+func TestDueCheckReadFailureIsNotAnIssueError(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.MetadataReader = failingReader{MetadataReader: o.MetadataReader, fail: "v1"} })
+	m := e.start()
+	if !m.ManageVolume("v1") {
+		t.Fatal("ManageVolume = false")
+	}
+	e.expectWait(30 * time.Second)
+	if got := e.counter(issueErrors, "v1"); got != 0 {
+		t.Fatalf("issue_errors_total = %v, want 0", got)
+	}
+	if got := e.counter(issueCalls, "v1"); got != 0 {
+		t.Fatalf("issue_requests_total = %v, want 0 (no attempt was made)", got)
+	}
+}
