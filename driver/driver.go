@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
+	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"k8s.io/mount-utils"
@@ -34,9 +35,9 @@ type Options struct {
 	DriverVersion string
 	// NodeID is reported by NodeGetInfo.
 	NodeID string
-	// Store holds the volumes. Required.
+	// Store holds the volumes.
 	Store storage.Interface
-	// Manager issues and renews certificates. Required.
+	// Manager issues and renews certificates.
 	Manager *manager.Manager
 	// Mounter bind-mounts volumes. Default (nil): the operating system's mounter.
 	Mounter mount.Interface
@@ -51,12 +52,9 @@ type Driver struct {
 	server *GRPCServer
 }
 
-// New listens on endpoint ("unix:///path/to/csi.sock" or "tcp://host:port"; a stale unix socket
-// file is replaced) and returns a driver ready to Run.
+// New listens on endpoint ("unix:///path/to/csi.sock" or "tcp://host:port"; see listen) and
+// returns a driver ready to Run.
 func New(ctx context.Context, endpoint string, log logr.Logger, opts Options) (*Driver, error) {
-	if opts.Store == nil || opts.Manager == nil {
-		return nil, errors.New("driver options: Store and Manager are required")
-	}
 	lis, err := listen(ctx, endpoint)
 	if err != nil {
 		return nil, err
@@ -64,7 +62,7 @@ func New(ctx context.Context, endpoint string, log logr.Logger, opts Options) (*
 	return NewWithListener(lis, log, opts), nil
 }
 
-// NewWithListener returns a driver that serves on lis. opts.Store and opts.Manager are required.
+// NewWithListener returns a driver that serves on lis.
 func NewWithListener(lis net.Listener, log logr.Logger, opts Options) *Driver {
 	if opts.Mounter == nil {
 		opts.Mounter = mount.New("")
@@ -81,34 +79,23 @@ func (d *Driver) Run() error { return d.server.Run() }
 // Stop stops serving, letting calls in flight finish.
 func (d *Driver) Stop() { d.server.Stop() }
 
-// listen opens the listener for a CSI endpoint.
+// listen opens the listener for a CSI endpoint as upstream does: the scheme "unix://" or
+// "tcp://" (in any case) followed by a non-empty rest. For unix, the socket is at "/" + rest, so
+// "unix:///csi/csi.sock" and "unix://csi/csi.sock" both listen at /csi/csi.sock whatever the
+// working directory; whatever file is there is removed first.
 func listen(ctx context.Context, endpoint string) (net.Listener, error) {
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		return nil, fmt.Errorf("parsing endpoint %q: %w", endpoint, err)
-	}
 	var lc net.ListenConfig
-	switch u.Scheme {
-	case "unix":
-		path := u.Path
-		if u.Host != "" { // unix://relative/path
-			path = u.Host + u.Path
-		}
-		if path == "" {
-			return nil, fmt.Errorf("endpoint %q has no socket path", endpoint)
-		}
-		if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
-			if err := os.Remove(path); err != nil {
-				return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
-			}
+	lower := strings.ToLower(endpoint)
+	switch {
+	case strings.HasPrefix(lower, "unix://") && len(endpoint) > len("unix://"):
+		path := "/" + endpoint[len("unix://"):]
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("failed to remove %s: %w", path, err)
 		}
 		return lc.Listen(ctx, "unix", path)
-	case "tcp":
-		if u.Host == "" {
-			return nil, fmt.Errorf("endpoint %q has no address", endpoint)
-		}
-		return lc.Listen(ctx, "tcp", u.Host)
+	case strings.HasPrefix(lower, "tcp://") && len(endpoint) > len("tcp://"):
+		return lc.Listen(ctx, "tcp", endpoint[len("tcp://"):])
 	default:
-		return nil, fmt.Errorf("endpoint %q: scheme must be unix or tcp", endpoint)
+		return nil, fmt.Errorf("invalid endpoint: %s", endpoint)
 	}
 }

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,6 +10,11 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cert-manager/csi-lib/metadata"
 )
@@ -23,12 +29,26 @@ func TestListenEndpoints(t *testing.T) {
 	}
 	stale.(*net.UnixListener).SetUnlinkOnClose(false)
 	stale.Close()
-	if _, err := os.Stat(sock); err != nil {
-		t.Fatalf("stale socket not left behind: %v", err)
-	}
 	lis, err := listen(ctx, "unix://"+sock)
 	if err != nil {
 		t.Fatalf("unix endpoint over a stale socket: %v", err)
+	}
+	lis.Close()
+
+	// As upstream, any file at the path is removed, and a relative-looking endpoint is rooted:
+	// unix://<rel> listens at /<rel> whatever the working directory.
+	dir := t.TempDir()
+	t.Chdir(dir)
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lis, err = listen(ctx, "UNIX://"+strings.TrimPrefix(file, "/"))
+	if err != nil {
+		t.Fatalf("unix://<path without leading slash>: %v", err)
+	}
+	if got := lis.Addr().String(); got != file {
+		t.Errorf("listening at %q, want %q", got, file)
 	}
 	lis.Close()
 
@@ -38,53 +58,91 @@ func TestListenEndpoints(t *testing.T) {
 	}
 	lis.Close()
 
-	for _, bad := range []string{"http://x", "unix://", "tcp://", "::nonsense"} {
-		if _, err := listen(ctx, bad); err == nil {
-			t.Errorf("listen(%q) succeeded", bad)
+	for _, bad := range []string{"http://x", "unix://", "tcp://", "::nonsense", "/plain/path"} {
+		if _, err := listen(ctx, bad); err == nil || err.Error() != "invalid endpoint: "+bad {
+			t.Errorf("listen(%q) = %v, want \"invalid endpoint: %s\"", bad, err, bad)
 		}
-	}
-	// A regular file at the socket path is not removed.
-	file := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(file, []byte("keep"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := listen(ctx, "unix://"+file); err == nil {
-		t.Error("listening over a regular file succeeded")
-	}
-	if b, _ := os.ReadFile(file); string(b) != "keep" {
-		t.Error("a regular file at the socket path was removed")
 	}
 }
 
+func TestNewAcceptsNilStoreAndManager(t *testing.T) {
+	d, err := New(context.Background(), "tcp://127.0.0.1:0", logr.Discard(), Options{DriverName: "d", DriverVersion: "v"})
+	if err != nil || d == nil {
+		t.Fatalf("New with nil Store and Manager = %v, %v", d, err)
+	}
+	d.server.ForceStop()
+}
+
 func TestIdentityServer(t *testing.T) {
-	ids := NewIdentityServer("csi.example.com", "v1.2.3")
+	var ids *identityServer = NewIdentityServer("csi.example.com", "v1.2.3") // the concrete type, as upstream
 	info, err := ids.GetPluginInfo(context.Background(), &csi.GetPluginInfoRequest{})
 	if err != nil || info.Name != "csi.example.com" || info.VendorVersion != "v1.2.3" {
 		t.Fatalf("GetPluginInfo = %v, %v", info, err)
 	}
-	if _, err := NewIdentityServer("", "v").GetPluginInfo(context.Background(), &csi.GetPluginInfoRequest{}); err == nil {
-		t.Fatal("an empty driver name was accepted")
+	for _, tc := range []struct{ name, version, want string }{
+		{"", "v", "driver name not configured"},
+		{"n", "", "driver is missing version"},
+	} {
+		_, err := NewIdentityServer(tc.name, tc.version).GetPluginInfo(context.Background(), &csi.GetPluginInfoRequest{})
+		if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != tc.want {
+			t.Errorf("GetPluginInfo(%q, %q) = %v, want Unavailable %q", tc.name, tc.version, err, tc.want)
+		}
 	}
 	probe, err := ids.Probe(context.Background(), &csi.ProbeRequest{})
-	if err != nil || !probe.GetReady().GetValue() {
-		t.Fatalf("Probe = %v, %v", probe, err)
+	if err != nil || probe.GetReady() != nil {
+		t.Fatalf("Probe = %v, %v; want an empty response", probe, err)
+	}
+	caps, err := ids.GetPluginCapabilities(context.Background(), &csi.GetPluginCapabilitiesRequest{})
+	if err != nil || len(caps.GetCapabilities()) != 1 || caps.GetCapabilities()[0].GetService().GetType() != csi.PluginCapability_Service_CONTROLLER_SERVICE {
+		t.Fatalf("GetPluginCapabilities = %v, %v; want CONTROLLER_SERVICE", caps, err)
+	}
+	cs := &controllerServer{}
+	if c, err := cs.ControllerGetCapabilities(context.Background(), &csi.ControllerGetCapabilitiesRequest{}); err != nil || len(c.GetCapabilities()) != 0 {
+		t.Fatalf("ControllerGetCapabilities = %v, %v", c, err)
+	}
+	if _, err := cs.CreateVolume(context.Background(), &csi.CreateVolumeRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("CreateVolume = %v, want Unimplemented", err)
 	}
 }
 
-func TestRedactRequest(t *testing.T) {
-	req := &csi.NodePublishVolumeRequest{
-		VolumeId:      "v",
-		VolumeContext: map[string]string{metadata.SATokenVolumeContextKey: "secret-token", "other": "x"},
-		Secrets:       map[string]string{"password": "hunter2"},
+// TestRedactEveryRequest: every field the CSI spec marks secret, in every message, and the
+// service-account token, never reach a log line.
+func TestRedactEveryRequest(t *testing.T) {
+	const secret = "hunter2-secret-value"
+	secrets := map[string]string{"password": secret}
+	msgs := []proto.Message{
+		&csi.NodePublishVolumeRequest{VolumeId: "v", Secrets: secrets,
+			VolumeContext: map[string]string{metadata.SATokenVolumeContextKey: secret, "other": "x"}},
+		&csi.NodeStageVolumeRequest{VolumeId: "v", Secrets: secrets},
+		&csi.NodeExpandVolumeRequest{VolumeId: "v", Secrets: secrets},
+		&csi.CreateVolumeRequest{Name: "v", Secrets: secrets},
+		&csi.DeleteVolumeRequest{VolumeId: "v", Secrets: secrets},
+		&csi.ControllerPublishVolumeRequest{VolumeId: "v", Secrets: secrets},
+		&csi.ControllerUnpublishVolumeRequest{VolumeId: "v", Secrets: secrets},
+		&csi.ValidateVolumeCapabilitiesRequest{VolumeId: "v", Secrets: secrets},
+		&csi.CreateSnapshotRequest{Name: "s", Secrets: secrets},
+		&csi.DeleteSnapshotRequest{SnapshotId: "s", Secrets: secrets},
+		&csi.ListSnapshotsRequest{Secrets: secrets},
+		&csi.ControllerExpandVolumeRequest{VolumeId: "v", Secrets: secrets},
+		&csi.ControllerModifyVolumeRequest{VolumeId: "v", Secrets: secrets},
+		&csi.GetCapacityRequest{},
 	}
-	out := redactRequest(req).(*csi.NodePublishVolumeRequest)
-	if out.VolumeContext[metadata.SATokenVolumeContextKey] != metadata.Redacted || out.Secrets["password"] != metadata.Redacted || out.VolumeContext["other"] != "x" {
-		t.Fatalf("not redacted: %v", out)
+	for _, msg := range msgs {
+		var out strings.Builder
+		log := funcr.New(func(prefix, args string) { out.WriteString(args) }, funcr.Options{Verbosity: 9})
+		log.Info("call", "request", redact(msg))
+		if strings.Contains(out.String(), secret) {
+			t.Errorf("%T: secret in the log line %s", msg, out.String())
+		}
+		if s := fmt.Sprint(msg); len(secrets) > 0 && strings.Contains(s, "password") && !strings.Contains(s, secret) {
+			t.Errorf("%T: the original message was modified", msg)
+		}
 	}
-	if req.VolumeContext[metadata.SATokenVolumeContextKey] != "secret-token" || req.Secrets["password"] != "hunter2" {
-		t.Fatal("the original request was modified")
+	out := redact(msgs[0]).(*csi.NodePublishVolumeRequest)
+	if out.VolumeContext["other"] != "x" || out.VolumeId != "v" || out.Secrets["password"] != metadata.Redacted {
+		t.Errorf("redaction changed more than the secrets: %v", out)
 	}
-	if s := out.String(); strings.Contains(s, "secret-token") || strings.Contains(s, "hunter2") {
-		t.Fatalf("secret in %s", s)
+	if redact("not a message") != "not a message" {
+		t.Error("a non-message value was changed")
 	}
 }

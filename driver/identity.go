@@ -6,7 +6,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 type identityServer struct {
@@ -14,31 +13,39 @@ type identityServer struct {
 	name, version string
 }
 
-// NewIdentityServer returns the identity service reporting name and version.
-func NewIdentityServer(name, version string) csi.IdentityServer {
+var _ csi.IdentityServer = &identityServer{}
+
+// NewIdentityServer returns the identity service reporting name and version. As upstream, it
+// returns the concrete type.
+func NewIdentityServer(name, version string) *identityServer {
 	return &identityServer{name: name, version: version}
 }
 
+// GetPluginInfo reports the driver's name and version; Unavailable if either is not set.
 func (ids *identityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
 	if ids.name == "" {
 		return nil, status.Error(codes.Unavailable, "driver name not configured")
 	}
 	if ids.version == "" {
-		return nil, status.Error(codes.Unavailable, "driver version not configured")
+		return nil, status.Error(codes.Unavailable, "driver is missing version")
 	}
 	return &csi.GetPluginInfoResponse{Name: ids.name, VendorVersion: ids.version}, nil
 }
 
+// Probe answers with an empty response (Ready unset means ready), as upstream.
 func (ids *identityServer) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
+	return &csi.ProbeResponse{}, nil
 }
 
+// GetPluginCapabilities advertises the controller service, as upstream.
 func (ids *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return &csi.GetPluginCapabilitiesResponse{}, nil
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{
+		Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}},
+	}}}, nil
 }
 
 // controllerServer implements no controller capability: the driver only has node-local,
-// ephemeral volumes.
+// ephemeral volumes. Every other controller RPC is Unimplemented.
 type controllerServer struct {
 	csi.UnimplementedControllerServer
 }

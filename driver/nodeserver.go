@@ -53,7 +53,9 @@ func newNodeServer(log logr.Logger, opts Options) *nodeServer {
 	}
 }
 
-// validatePublish checks a publish request before any lock or I/O.
+// validatePublish checks a publish request before any lock or I/O. Bad input gets
+// InvalidArgument and changes nothing (upstream: Unknown for a non-ephemeral volume, no other
+// checks, and the volume torn down; a kept difference).
 func (ns *nodeServer) validatePublish(req *csi.NodePublishVolumeRequest) error {
 	if err := storage.ValidateVolumeID(req.GetVolumeId()); err != nil {
 		return status.Errorf(codes.InvalidArgument, "volume_id: %v", err)
@@ -61,11 +63,14 @@ func (ns *nodeServer) validatePublish(req *csi.NodePublishVolumeRequest) error {
 	if req.GetTargetPath() == "" {
 		return status.Error(codes.InvalidArgument, "target_path: must be set")
 	}
+	if req.GetVolumeCapability() == nil {
+		return status.Error(codes.InvalidArgument, "volume_capability: must be set")
+	}
 	if req.GetVolumeContext()[ephemeralKey] != "true" {
-		return status.Errorf(codes.InvalidArgument, "volume_context: only inline ephemeral volumes are supported (%s must be \"true\")", ephemeralKey)
+		return status.Error(codes.InvalidArgument, "only ephemeral volume types are supported")
 	}
 	if !req.GetReadonly() {
-		return status.Error(codes.InvalidArgument, "readonly: volumes must be requested read-only")
+		return status.Error(codes.InvalidArgument, "pod.spec.volumes[].csi.readOnly must be set to 'true'")
 	}
 	if req.GetVolumeCapability().GetBlock() != nil {
 		return status.Error(codes.InvalidArgument, "volume_capability: block access is not supported")
@@ -78,10 +83,18 @@ func (ns *nodeServer) validatePublish(req *csi.NodePublishVolumeRequest) error {
 	return nil
 }
 
+// NodePublishVolume follows upstream's order: register the metadata; unless the volume already
+// has a certificate that is not due, issue one now (ready to request) or hand the volume to
+// the background loop (ContinueOnNotReady); bind-mount the data directory read-only at the
+// target; then record the volume as mounted. Any failure of a first publish unmanages the
+// volume, unmounts the target and removes the volume's files; a failed re-publish of a volume
+// whose publish once succeeded leaves it alone.
 func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	if err := ns.validatePublish(req); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
 	id := req.GetVolumeId()
 	log := ns.log.WithValues("volume_id", id, "pod", req.GetVolumeContext()[podNameKey], "namespace", req.GetVolumeContext()[podNamespaceKey])
 
@@ -91,8 +104,6 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 	}
 	defer unlock()
 
-	// A volume whose earlier publish succeeded is live: a failing re-publish must not tear it
-	// down.
 	existing, err := ns.store.ReadMetadata(id)
 	switch {
 	case err == nil:
@@ -103,41 +114,49 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 	wasMounted := err == nil && existing.Mounted
 
 	meta := metadata.FromNodePublishVolumeRequest(req)
+	if ns.continueOnNotReady {
+		// As upstream: a zero time marks "managed, no certificate yet".
+		meta.NextIssuanceTime = &time.Time{}
+	}
 	if _, err := ns.store.RegisterMetadata(meta); err != nil {
 		return nil, status.Errorf(codes.Internal, "registering volume %q: %v", id, err)
 	}
 	succeeded := false
 	defer func() {
 		if !succeeded && !wasMounted {
-			ns.tearDown(log, id, req.GetTargetPath())
+			ns.tearDownFailedPublish(log, id, req.GetTargetPath())
 		}
 	}()
 
-	if wasMounted && existing.NextIssuanceTime != nil {
-		// Already published with a certificate (kubelet retrying, or after a restart): make sure
-		// it is managed and mounted, nothing more.
-		if !ns.manager.ManageVolume(id) {
-			return nil, status.Error(codes.Unavailable, "certificate manager is stopped")
+	if !ns.manager.IsVolumeReady(id) {
+		if err := ns.obtainCertificate(ctx, log, id); err != nil {
+			return nil, err
 		}
-	} else if err := ns.obtainCertificate(ctx, log, id); err != nil {
-		return nil, err
 	}
 	if err := ns.ensureMounted(log, ns.store.PathForVolume(id), req.GetTargetPath()); err != nil {
 		return nil, status.Errorf(codes.Internal, "mounting volume %q at %s: %v", id, req.GetTargetPath(), err)
 	}
 	if !wasMounted {
-		stored, err := ns.store.ReadMetadata(id)
-		if err == nil {
-			stored.Mounted = true
-			err = ns.store.WriteMetadata(id, stored)
-		}
-		if err != nil {
+		if err := ns.recordMounted(id); err != nil {
 			return nil, status.Errorf(codes.Internal, "recording volume %q as mounted: %v", id, err)
 		}
 	}
 	succeeded = true
 	log.Info("Volume published", "target_path", req.GetTargetPath())
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// recordMounted persists Mounted true, atomically when the store can (storage.MountRecorder).
+func (ns *nodeServer) recordMounted(id string) error {
+	if r, ok := ns.store.(storage.MountRecorder); ok {
+		return r.SetMounted(id)
+	}
+	stored, err := ns.store.ReadMetadata(id)
+	if err != nil {
+		return err
+	}
+	stored.Mounted = true
+	return ns.store.WriteMetadata(id, stored)
 }
 
 // lockVolume waits until no other operation holds the volume. It gives up with Aborted a little
@@ -157,48 +176,35 @@ func (ns *nodeServer) lockVolume(ctx context.Context, id string) (func(), error)
 	return unlock, nil
 }
 
-// obtainCertificate gets the volume managed and, unless ContinueOnNotReady allows otherwise,
-// makes sure it has a certificate.
+// obtainCertificate issues the volume's certificate now if it is ready to request, as upstream:
+// ManageVolumeImmediate, whose definite failures reach kubelet as Unknown with the manager's
+// text. If the call's deadline passes first, DeadlineExceeded: the request stays pending and
+// kubelet's retry resumes it. A volume not ready to request fails with upstream's Unknown
+// message, or, with ContinueOnNotReady, is handed to the background loop.
 func (ns *nodeServer) obtainCertificate(ctx context.Context, log logr.Logger, id string) error {
-	ready, reason := ns.manager.IsVolumeReadyToRequest(id)
-	if !ready {
+	if ready, reason := ns.manager.IsVolumeReadyToRequest(id); !ready {
 		if !ns.continueOnNotReady {
 			return notReadyError(reason)
 		}
 		log.Info("Volume not ready to request a certificate; the background loop will issue it", "reason", reason)
-		if !ns.manager.ManageVolume(id) {
-			return status.Error(codes.Unavailable, "certificate manager is stopped")
-		}
+		ns.manager.ManageVolume(id)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
-	defer cancel()
-	managed, err := ns.manager.ManageVolumeImmediate(ctx, id)
-	var nr *manager.NotReadyToRequestError
+	_, err := ns.manager.ManageVolumeImmediate(ctx, id)
 	switch {
-	case errors.As(err, &nr):
-		if ns.continueOnNotReady {
-			log.Info("Volume became not ready to request; the background loop will issue it", "reason", nr.Reason)
-			return nil
-		}
-		return notReadyError(nr.Reason)
-	case err != nil && ctx.Err() != nil:
+	case err == nil:
+		return nil
+	case errors.Is(err, manager.ErrNotReadyToRequest) && ns.continueOnNotReady:
+		// The gate closed between the check and the attempt: the loop takes over.
+		log.Info("Volume became not ready to request; the background loop will issue it", "reason", err.Error())
+		ns.manager.UnmanageVolume(id)
+		ns.manager.ManageVolume(id)
+		return nil
+	case ctx.Err() != nil:
 		return status.Errorf(codes.DeadlineExceeded, "waiting for the certificate of volume %q: %v", id, err)
-	case err != nil:
-		return status.Errorf(codes.Unavailable, "issuing the certificate of volume %q: %v", id, err)
-	case !managed:
-		return status.Error(codes.Unavailable, "certificate manager is stopped")
+	default:
+		return status.Error(codes.Unknown, err.Error())
 	}
-	if !ns.continueOnNotReady {
-		stored, err := ns.store.ReadMetadata(id)
-		if err != nil {
-			return status.Errorf(codes.Internal, "reading metadata of volume %q: %v", id, err)
-		}
-		if stored.NextIssuanceTime == nil {
-			return status.Errorf(codes.Unavailable, "volume %q has no certificate yet", id)
-		}
-	}
-	return nil
 }
 
 // notReadyError is the error upstream returned, which drivers match on.
@@ -206,9 +212,12 @@ func notReadyError(reason string) error {
 	return status.Error(codes.Unknown, fmt.Sprintf("volume is not yet ready to be setup, will be retried: %s", reason))
 }
 
+// targetPathMode is the mode of a target path the node server creates (upstream's).
+const targetPathMode = 0o440
+
 // ensureMounted bind-mounts src read-only at target, or finds it already mounted.
 func (ns *nodeServer) ensureMounted(log logr.Logger, src, target string) error {
-	if err := os.MkdirAll(target, 0o750); err != nil {
+	if err := os.MkdirAll(target, targetPathMode); err != nil {
 		return err
 	}
 	notMnt, err := ns.mounter.IsLikelyNotMountPoint(target)
@@ -222,8 +231,9 @@ func (ns *nodeServer) ensureMounted(log logr.Logger, src, target string) error {
 	return ns.mounter.Mount(src, target, "", []string{"bind", "ro"})
 }
 
-// tearDown undoes a failed first publish: stop managing, unmount, remove the files.
-func (ns *nodeServer) tearDown(log logr.Logger, id, target string) {
+// tearDownFailedPublish undoes a first publish that failed: stop managing, unmount, remove the
+// files. Pending keys and metric series stay: kubelet will retry the same volume.
+func (ns *nodeServer) tearDownFailedPublish(log logr.Logger, id, target string) {
 	ns.manager.UnmanageVolume(id)
 	if err := mount.CleanupMountPoint(target, ns.mounter, true); err != nil {
 		log.Error(err, "Cleaning up target path after a failed publish", "target_path", target)
@@ -233,6 +243,9 @@ func (ns *nodeServer) tearDown(log logr.Logger, id, target string) {
 	}
 }
 
+// NodeUnpublishVolume removes a volume for good: unmanage, unmount, remove its files, delete its
+// metric series. It is idempotent: an unknown volume or a missing target succeeds (upstream
+// fails on a missing target; a kept difference).
 func (ns *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := storage.ValidateVolumeID(id); err != nil {
@@ -255,6 +268,7 @@ func (ns *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpu
 	if err := ns.store.RemoveVolume(id); err != nil {
 		return nil, status.Errorf(codes.Internal, "removing volume %q: %v", id, err)
 	}
+	ns.manager.DeleteVolumeMetricSeries(id)
 	log.Info("Volume unpublished", "target_path", req.GetTargetPath())
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }

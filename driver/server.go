@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/cert-manager/csi-lib/metadata"
 )
@@ -59,45 +60,95 @@ func (s *GRPCServer) Stop() { s.server.GracefulStop() }
 // ForceStop closes every connection at once.
 func (s *GRPCServer) ForceStop() { s.server.Stop() }
 
-// logCalls logs every call with its request, secrets redacted, and its outcome.
+// logCalls logs every call at V(3) with its request, its failure as an error, and its response
+// at V(5). Requests and responses pass through redact first, whatever their type.
 func (s *GRPCServer) logCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	log := s.log.WithValues("method", info.FullMethod)
-	log.V(4).Info("Call", "request", redactRequest(req))
+	log.V(3).Info("Call", "request", redact(req))
 	start := time.Now()
 	resp, err := handler(ctx, req)
 	if err != nil {
 		log.Error(err, "Call failed", "code", status.Code(err).String(), "duration", time.Since(start))
 	} else {
-		log.V(4).Info("Call succeeded", "duration", time.Since(start))
+		log.V(5).Info("Call succeeded", "response", redact(resp), "duration", time.Since(start))
 	}
 	return resp, err
 }
 
-// redactRequest returns a copy of a request that is safe to log: the service-account token in
-// the volume context and any CSI secrets are replaced by "[REDACTED]".
-func redactRequest(req any) any {
-	switch r := req.(type) {
-	case *csi.NodePublishVolumeRequest:
-		c := proto.Clone(r).(*csi.NodePublishVolumeRequest)
-		c.VolumeContext = metadata.RedactVolumeContext(c.VolumeContext)
-		c.Secrets = redactAll(c.Secrets)
-		return c
-	case *csi.NodeStageVolumeRequest:
-		c := proto.Clone(r).(*csi.NodeStageVolumeRequest)
-		c.VolumeContext = metadata.RedactVolumeContext(c.VolumeContext)
-		c.Secrets = redactAll(c.Secrets)
-		return c
+// redact returns a copy of a CSI message that is safe to log: every field the CSI spec marks
+// secret (the csi_secret option: the secrets maps of every Node*, Controller* and snapshot
+// request), at any depth, has its values replaced by "[REDACTED]", and so has the
+// service-account token in any volume_context map. Values that are not protobuf messages are
+// returned as they are.
+func redact(v any) any {
+	msg, ok := v.(proto.Message)
+	if !ok || msg == nil {
+		return v
 	}
-	return req
+	c := proto.Clone(msg)
+	redactMessage(c.ProtoReflect())
+	return c
 }
 
-func redactAll(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
+func redactMessage(m protoreflect.Message) {
+	var fields []protoreflect.FieldDescriptor
+	m.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+		fields = append(fields, fd)
+		return true
+	})
+	for _, fd := range fields {
+		switch {
+		case isSecret(fd):
+			redactField(m, fd)
+		case fd.IsMap() && fd.Name() == "volume_context":
+			vc := m.Mutable(fd).Map()
+			key := protoreflect.ValueOfString(metadata.SATokenVolumeContextKey).MapKey()
+			if vc.Has(key) {
+				vc.Set(key, protoreflect.ValueOfString(metadata.Redacted))
+			}
+		case fd.IsMap() && fd.MapValue().Kind() == protoreflect.MessageKind:
+			m.Get(fd).Map().Range(func(_ protoreflect.MapKey, v protoreflect.Value) bool {
+				redactMessage(v.Message())
+				return true
+			})
+		case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
+			list := m.Get(fd).List()
+			for i := 0; i < list.Len(); i++ {
+				redactMessage(list.Get(i).Message())
+			}
+		case !fd.IsList() && !fd.IsMap() && fd.Kind() == protoreflect.MessageKind:
+			redactMessage(m.Get(fd).Message())
+		}
 	}
-	out := make(map[string]string, len(m))
-	for k := range m {
-		out[k] = metadata.Redacted
+}
+
+// isSecret reports whether the CSI spec marks a field secret.
+func isSecret(fd protoreflect.FieldDescriptor) bool {
+	opts := fd.Options()
+	if opts == nil || !proto.HasExtension(opts, csi.E_CsiSecret) {
+		return false
 	}
-	return out
+	secret, _ := proto.GetExtension(opts, csi.E_CsiSecret).(bool)
+	return secret
+}
+
+// redactField replaces a secret field's content: every value of a string map, a string, or
+// anything else cleared.
+func redactField(m protoreflect.Message, fd protoreflect.FieldDescriptor) {
+	switch {
+	case fd.IsMap() && fd.MapValue().Kind() == protoreflect.StringKind:
+		mp := m.Mutable(fd).Map()
+		var keys []protoreflect.MapKey
+		mp.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
+			keys = append(keys, k)
+			return true
+		})
+		for _, k := range keys {
+			mp.Set(k, protoreflect.ValueOfString(metadata.Redacted))
+		}
+	case !fd.IsList() && !fd.IsMap() && fd.Kind() == protoreflect.StringKind:
+		m.Set(fd, protoreflect.ValueOfString(metadata.Redacted))
+	default:
+		m.Clear(fd)
+	}
 }

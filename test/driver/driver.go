@@ -10,7 +10,9 @@ import (
 	"context"
 	"crypto"
 	"crypto/x509"
+	"math"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,18 +35,19 @@ import (
 	"github.com/cert-manager/csi-lib/storage"
 )
 
-// Options configures Run. Every field has a default; Run returns the filled-in copy.
+// Options configures Run. Every field has a default, upstream csi-lib's; Run returns the
+// filled-in copy.
 type Options struct {
-	// Clock drives the manager. Default: the real clock.
+	// Clock drives the manager. Default: &clock.RealClock{}.
 	Clock clock.Clock
-	// Store holds the volumes. Default: a new MemoryFS. A MemoryFS is swept (see
-	// storage.MemoryFS.Sweep) before the manager starts, as a restarted driver's store would be.
+	// Store holds the volumes. Default: a new MemoryFS. Run neither sweeps nor changes it.
 	Store storage.Interface
-	// Log is the logger. Default: testr for t.
+	// Log is the logger. Default: testr for t, at verbosity 999999.
 	Log *logr.Logger
-	// Client is the cert-manager client. Default: a fake clientset.
+	// Client is the cert-manager client. Default: fake.NewSimpleClientset(). Run creates
+	// nothing through it.
 	Client cmclient.Interface
-	// Mounter records mounts. Default: a fake mounter.
+	// Mounter records mounts. Default: mount.NewFakeMounter(nil).
 	Mounter mount.Interface
 	// Metrics is passed to the manager. Default: none.
 	Metrics *metrics.Metrics
@@ -61,17 +64,18 @@ type Options struct {
 	GenerateRequest manager.GenerateRequestFunc
 	// SignRequest default: an empty CSR.
 	SignRequest manager.SignRequestFunc
-	// WriteKeypair default: persists the metadata (and so the next issuance time) and nothing
-	// else.
+	// WriteKeypair default: does nothing (it persists no metadata, as upstream's).
 	WriteKeypair manager.WriteKeypairFunc
-	// ReadyToRequest default: always ready.
+	// ReadyToRequest is passed to the manager; nil (left nil in the returned Options) means the
+	// manager's default, always ready.
 	ReadyToRequest manager.ReadyToRequestFunc
 
-	// RenewalBackoffConfig and GateBackoffConfig default to zero-length backoffs, so retries
-	// happen at once. A test that keeps a gate closed for a while should set a small non-zero
-	// GateBackoffConfig to avoid spinning.
+	// RenewalBackoffConfig default: zero delays (upstream's {Steps: math.MaxInt32}), so a failed
+	// attempt is retried at once.
 	RenewalBackoffConfig *wait.Backoff
-	GateBackoffConfig    *wait.Backoff
+	// GateBackoffConfig default: nil, the manager's default (1 s, factor 2, jitter 0.5, cap 10 s),
+	// so a closed gate in a test does not spin the loop.
+	GateBackoffConfig *wait.Backoff
 }
 
 // Run starts a manager and a driver on a loopback listener and returns the filled options, a
@@ -80,17 +84,17 @@ type Options struct {
 func Run(t *testing.T, opts Options) (Options, csi.NodeClient, func()) {
 	t.Helper()
 	if opts.Log == nil {
-		l := testr.New(t)
+		l := testr.NewWithOptions(t, testr.Options{Verbosity: 999999})
 		opts.Log = &l
 	}
 	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
+		opts.Clock = &clock.RealClock{}
 	}
 	if opts.Store == nil {
 		opts.Store = storage.NewMemoryFS()
 	}
 	if opts.Client == nil {
-		opts.Client = fake.NewClientset()
+		opts.Client = fake.NewSimpleClientset()
 	}
 	if opts.Mounter == nil {
 		opts.Mounter = mount.NewFakeMounter(nil)
@@ -112,25 +116,10 @@ func Run(t *testing.T, opts Options) (Options, csi.NodeClient, func()) {
 		}
 	}
 	if opts.WriteKeypair == nil {
-		store := opts.Store
-		opts.WriteKeypair = func(meta metadata.Metadata, _ crypto.PrivateKey, _, _ []byte) error {
-			return store.WriteMetadata(meta.VolumeID, meta)
-		}
-	}
-	if opts.ReadyToRequest == nil {
-		opts.ReadyToRequest = manager.AlwaysReadyToRequest
+		opts.WriteKeypair = func(metadata.Metadata, crypto.PrivateKey, []byte, []byte) error { return nil }
 	}
 	if opts.RenewalBackoffConfig == nil {
-		opts.RenewalBackoffConfig = &wait.Backoff{}
-	}
-	if opts.GateBackoffConfig == nil {
-		opts.GateBackoffConfig = &wait.Backoff{}
-	}
-	if mem, ok := opts.Store.(*storage.MemoryFS); ok {
-		if mem.Mounter == nil {
-			mem.Mounter = opts.Mounter
-		}
-		mem.Sweep(*opts.Log)
+		opts.RenewalBackoffConfig = &wait.Backoff{Steps: math.MaxInt32}
 	}
 
 	m, err := manager.NewManager(manager.Options{
@@ -153,6 +142,8 @@ func Run(t *testing.T, opts Options) (Options, csi.NodeClient, func()) {
 		t.Fatalf("starting manager: %v", err)
 	}
 	if recorder, ok := opts.Client.(testkit.ActionRecorder); ok {
+		// A fake clientset drops events between the informer's list and its watch: wait, read
+		// only, until the watch is registered.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := testkit.WaitInformerWatching(ctx, recorder)
 		cancel()
@@ -183,16 +174,15 @@ func Run(t *testing.T, opts Options) (Options, csi.NodeClient, func()) {
 		m.Stop()
 		t.Fatalf("connecting to driver: %v", err)
 	}
-	stopped := false
+	var once sync.Once
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		_ = conn.Close()
-		d.Stop()
-		<-served
-		m.Stop()
+		once.Do(func() {
+			m.Stop()
+			_ = conn.Close()
+			d.Stop()
+			<-served
+			_ = lis.Close()
+		})
 	}
 	t.Cleanup(stop)
 	return opts, csi.NewNodeClient(conn), stop

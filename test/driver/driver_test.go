@@ -16,6 +16,7 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -295,7 +296,8 @@ func TestNotReadyToRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 		meta, _ := store.ReadMetadata("vol-1")
-		if !meta.Mounted || meta.NextIssuanceTime != nil {
+		// As upstream: ContinueOnNotReady registers a zero time, which means "no certificate".
+		if !meta.Mounted || meta.NextIssuanceTime == nil || !meta.NextIssuanceTime.IsZero() {
 			t.Fatalf("after publish: %+v", meta)
 		}
 		if n := countRequests(t, opts); n != 0 {
@@ -326,9 +328,7 @@ func TestBadInputIsInvalidArgumentAndWritesNothing(t *testing.T) {
 		{"block", func(r *csi.NodePublishVolumeRequest) {
 			r.VolumeCapability.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
 		}},
-		{"unparsable fsGroup", func(r *csi.NodePublishVolumeRequest) {
-			r.VolumeCapability.GetMount().VolumeMountGroup = "wheel"
-		}},
+		{"no volume capability", func(r *csi.NodePublishVolumeRequest) { r.VolumeCapability = nil }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -350,6 +350,28 @@ func TestBadInputIsInvalidArgumentAndWritesNothing(t *testing.T) {
 	}
 	if n := countRequests(t, opts); n != 0 || len(mountPoints(t, opts)) != 0 {
 		t.Fatal("bad input created requests or mounts")
+	}
+}
+
+// TestUnparsableFSGroupIsInvalidArgument: a store that validates metadata (the Filesystem)
+// refuses an fsGroup its WriteFiles would reject before anything is written or requested.
+func TestUnparsableFSGroupIsInvalidArgument(t *testing.T) {
+	fs, err := storage.NewFilesystemWithOptions(logr.Discard(), t.TempDir(), storage.FilesystemOptions{PlainDirectory: true, Mounter: mount.NewFakeMounter(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := testdriver.Options{Store: fs}
+	realIssuance(&o, fs)
+	opts, cl, _ := testdriver.Run(t, o)
+	for _, group := range []string{"wheel", "0", "4294967296"} {
+		req := publishRequest(t, "vol-1")
+		req.VolumeCapability.GetMount().VolumeMountGroup = group
+		if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("fsGroup %q: %v, want InvalidArgument", group, err)
+		}
+	}
+	if ids, _ := fs.ListVolumes(); len(ids) != 0 || countRequests(t, opts) != 0 {
+		t.Fatalf("bad input wrote volumes %v or requests", ids)
 	}
 }
 
@@ -410,6 +432,26 @@ func TestTimedOutPublishThenRetry(t *testing.T) {
 	files, _ := store.ReadFiles("vol-1")
 	if _, err := testkit.VerifyKeyPair(files["tls.key"], files["tls.crt"], files["ca.crt"], time.Now()); err != nil {
 		t.Fatal(err)
+	}
+	// The retry resumed the request of the timed-out publish, with its key.
+	if n := testkit.CountActions(opts.Client.(*fake.Clientset), "create"); n != 1 {
+		t.Fatalf("%d CertificateRequests created across the retry, want 1", n)
+	}
+}
+
+// TestDeniedRequestIsUnknownWithTheManagersText: a definite issuance failure reaches kubelet as
+// codes.Unknown carrying the manager's error, as upstream (a dead connection never gives
+// Unknown), and the failed first publish leaves nothing behind.
+func TestDeniedRequestIsUnknownWithTheManagersText(t *testing.T) {
+	store, opts, cl := runWithRealIssuance(t, testdriver.Options{})
+	ctx := ctxWithTimeout(t, pollTimeout)
+	go testutil.SetOneCertificateRequestCondition(ctx, t, opts.Client, namespace, testkit.Denied("no such identity"))
+	_, err := cl.NodePublishVolume(ctx, publishRequest(t, "vol-1"))
+	if status.Code(err) != codes.Unknown || !strings.HasSuffix(status.Convert(err).Message(), `has been denied by the approval plugin: no such identity`) {
+		t.Fatalf("publish = %v; want Unknown with the manager's denial", err)
+	}
+	if ids, _ := store.ListVolumes(); len(ids) != 0 {
+		t.Fatalf("volumes left after a failed first publish: %v", ids)
 	}
 }
 
@@ -532,7 +574,9 @@ func TestRestartDuringFirstIssuanceSweepsTheVolume(t *testing.T) {
 		t.Fatalf("crash state: %+v, %v", meta, err)
 	}
 
-	// Restart on the same store.
+	// Restart on the same store: the driver's store sweeps before it serves (NewFilesystem
+	// does; a test sweeps a MemoryFS itself).
+	mem.Sweep(logr.Discard())
 	var o2 testdriver.Options
 	realIssuance(&o2, mem)
 	o2.Client = client
@@ -598,6 +642,7 @@ func TestRestartWithUpstreamMetadata(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	mem.Sweep(logr.Discard())
 	var o testdriver.Options
 	written := realIssuance(&o, mem)
 	opts, _, _ := testdriver.Run(t, o)
