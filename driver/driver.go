@@ -6,8 +6,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"io/fs"
+	"net"
 	"os"
 	"strings"
 

@@ -8,8 +8,11 @@
 // Scenarios:
 //   - gate: volumes whose readiness gate opens uniformly 0.5–5 s after they are managed; the
 //     latency from gate-open to CertificateRequest created, with RequeuePod called on gate open,
-//     without it (the 1 s gate backoff), and with the old behaviour (gate pending retried on the
-//     30 s issuance backoff) as the baseline.
+//     without it (a polling driver: the 1 s gate backoff and the 1 s gate poll), without it and
+//     with the poll off, and with the old behaviour (gate pending retried on the 30 s issuance
+//     backoff) as the baseline. Upstream csi-lib's schedule is printed beside them as a
+//     reference: its first check on a 1 s tick, then retries separated by the same gate
+//     backoff's steps (simulated with the same jitter; upstream's source is not needed).
 //   - idle: cost of N issued volumes that are not yet due: CPU, storage reads, goroutines, heap.
 //   - issue: wall and CPU time to issue N volumes, and at 2N.
 //   - start: NewManager with N mounted volumes, on MemoryFS and on Filesystem.
@@ -79,14 +82,18 @@ func main() {
 			name    string
 			requeue bool
 			gate    wait.Backoff
+			poll    time.Duration
 		}{
-			{"RequeuePod on gate open (1 s gate backoff)", true, manager.DefaultGateBackoff()},
-			{"no RequeuePod (1 s gate backoff)", false, manager.DefaultGateBackoff()},
-			{"old: gate pending on the 30 s issue backoff", false, manager.DefaultRenewalBackoff()},
+			{"RequeuePod on gate open (1 s gate backoff)", true, manager.DefaultGateBackoff(), 0},
+			{"no RequeuePod: polling driver (defaults)", false, manager.DefaultGateBackoff(), 0},
+			{"no RequeuePod, gate poll off", false, manager.DefaultGateBackoff(), -1},
+			{"old: gate pending on the 30 s issue backoff", false, manager.DefaultRenewalBackoff(), -1},
 		} {
-			lat := gateScenario(ca, gateN, c.requeue, c.gate)
+			lat := gateScenario(ca, gateN, c.requeue, c.gate, c.poll)
 			fmt.Printf("   %-44s %8s %8s %8s\n", c.name, pct(lat, 50), pct(lat, 99), pct(lat, 100))
 		}
+		lat := upstreamGateSchedule(gateN)
+		fmt.Printf("   %-44s %8s %8s %8s\n", "reference: upstream's schedule (1 s tick)", pct(lat, 50), pct(lat, 99), pct(lat, 100))
 		fmt.Println()
 	}
 	if run("idle") {
@@ -156,7 +163,7 @@ type env struct {
 	wg      sync.WaitGroup
 }
 
-func newEnv(ca *testkit.CA, store *storage.MemoryFS, gate manager.ReadyToRequestFunc, gateBackoff wait.Backoff, sign bool) *env {
+func newEnv(ca *testkit.CA, store *storage.MemoryFS, gate manager.ReadyToRequestFunc, gateBackoff wait.Backoff, gatePoll time.Duration, sign bool) *env {
 	e := &env{client: testkit.NewScalableFakeClient(), store: store}
 	e.reader = &countingReader{MetadataReader: store}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -185,6 +192,7 @@ func newEnv(ca *testkit.CA, store *storage.MemoryFS, gate manager.ReadyToRequest
 		}),
 		ReadyToRequest:       gate,
 		GateBackoffConfig:    &gateBackoff,
+		GatePollInterval:     gatePoll,
 		RenewalBackoffConfig: &renewal,
 	})
 	must(err)
@@ -246,7 +254,25 @@ func register(store storage.Interface, meta metadata.Metadata) {
 	must(store.WriteMetadata(meta.VolumeID, meta))
 }
 
-func gateScenario(ca *testkit.CA, n int, requeue bool, gateBackoff wait.Backoff) []time.Duration {
+// upstreamGateSchedule simulates upstream csi-lib's timing for the gate scenario's volumes: a
+// volume is first checked on its 1 s tick, and each attempt that finds the gate closed is
+// followed by the next step of the default gate backoff (with its jitter). The latency is the
+// first attempt at or after the gate opens, minus the opening.
+func upstreamGateSchedule(n int) []time.Duration {
+	lat := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		open := 500*time.Millisecond + time.Duration(rand.Int64N(int64(4500*time.Millisecond)))
+		backoff := manager.DefaultGateBackoff()
+		at := time.Second
+		for at < open {
+			at += backoff.Step()
+		}
+		lat = append(lat, at-open)
+	}
+	return lat
+}
+
+func gateScenario(ca *testkit.CA, n int, requeue bool, gateBackoff wait.Backoff, gatePoll time.Duration) []time.Duration {
 	store := storage.NewMemoryFS()
 	var mu sync.Mutex
 	openAt := map[string]time.Time{}
@@ -259,7 +285,7 @@ func gateScenario(ca *testkit.CA, n int, requeue bool, gateBackoff wait.Backoff)
 		}
 		return true, ""
 	}
-	e := newEnv(ca, store, gate, gateBackoff, true)
+	e := newEnv(ca, store, gate, gateBackoff, gatePoll, true)
 	defer e.stop()
 	created := make(chan [2]any, n)
 	e.client.PrependReactor("create", "certificaterequests", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
@@ -321,7 +347,7 @@ func idleScenario(n int, d time.Duration) idleResult {
 	for i := 0; i < n; i++ {
 		register(store, volumeMeta(fmt.Sprintf("idle-%d", i), &nit))
 	}
-	e := newEnv(nil, store, manager.AlwaysReadyToRequest, manager.DefaultGateBackoff(), false)
+	e := newEnv(nil, store, manager.AlwaysReadyToRequest, manager.DefaultGateBackoff(), 0, false)
 	defer e.stop()
 	// Let start-up settle (every loop reads its metadata once), then measure.
 	time.Sleep(time.Second)
@@ -353,7 +379,7 @@ func issueScenario(ca *testkit.CA, n int) (time.Duration, time.Duration) {
 		m.Mounted = false
 		must(store.SetRawMetadata(m.VolumeID, mustJSON(m)))
 	}
-	e := newEnv(ca, store, manager.AlwaysReadyToRequest, manager.DefaultGateBackoff(), true)
+	e := newEnv(ca, store, manager.AlwaysReadyToRequest, manager.DefaultGateBackoff(), 0, true)
 	defer e.stop()
 	cpu0, start := cpuTime(), time.Now()
 	for i := 0; i < n; i++ {

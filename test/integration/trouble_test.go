@@ -74,10 +74,10 @@ func TestIssuanceBacksOffWhileTheAPIRefuses(t *testing.T) {
 		o.RenewalBackoffConfig = &renewal
 		o.Metrics = metrics.New("it-node", o.Log, reg, o.MetadataReader, nil)
 	}})
-	// A publish while the API refuses fails with Unavailable, naming the refusal, and leaves
-	// nothing behind.
+	// A publish while the API refuses fails with Unknown (a definite failure, as upstream),
+	// naming the refusal, and leaves nothing behind.
 	_, err := n.client.NodePublishVolume(ctxTimeout(t, pollTimeout), publishRequest(t, pod, "csi-refused"))
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "forbidden") {
+	if status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "forbidden") {
 		t.Fatalf("publish while forbidden: %v", err)
 	}
 	if _, err := n.store.ReadMetadata("csi-refused"); err == nil {
