@@ -425,3 +425,21 @@ func TestDueCheckReadFailureIsNotAnIssueError(t *testing.T) {
 		t.Fatalf("issue_requests_total = %v, want 0 (no attempt was made)", got)
 	}
 }
+
+// TestNotDueVolumeIsNotPolled: with the gate poll on (the default), a volume whose certificate
+// is not due waits on one timer for the whole time: no poll, no metadata read, no gate call.
+func TestNotDueVolumeIsNotPolled(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.GatePollInterval = time.Second })
+	meta := e.register("v1", true)
+	nit := start.Add(time.Hour)
+	meta.NextIssuanceTime = &nit
+	if err := e.store.WriteMetadata("v1", meta); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	e.expectWait(time.Hour)
+	e.stepNotYet(time.Hour)
+	if n := e.gateCalls.Load(); n != 0 {
+		t.Fatalf("a volume that is not due asked its gate %d times", n)
+	}
+}

@@ -31,7 +31,7 @@ func (m *Manager) run(v *volume, tr *tracked, known *metadata.Metadata) {
 			// Logged, not counted as an issuance error (upstream's rule); retried on the
 			// renewal backoff.
 			m.logFor(v).Error(err, "Cannot read volume metadata")
-			if !m.sleep(v, tr, renewal.Step(), false) {
+			if !m.sleep(v, tr, renewal.Step(), waitAfterError) {
 				return
 			}
 			continue
@@ -47,7 +47,7 @@ func (m *Manager) run(v *volume, tr *tracked, known *metadata.Metadata) {
 		}
 		minWait = 0
 		if wait > 0 {
-			if !m.sleep(v, tr, wait, true) {
+			if !m.sleep(v, tr, wait, waitUntilDue) {
 				return
 			}
 			continue
@@ -55,7 +55,7 @@ func (m *Manager) run(v *volume, tr *tracked, known *metadata.Metadata) {
 
 		outcome := m.attemptInLoop(v, tr)
 		var delay time.Duration
-		gatePending := false
+		kind, gatePending := waitAfterError, false
 		switch {
 		case outcome == nil:
 			renewal, gate = *m.opts.RenewalBackoffConfig, *m.opts.GateBackoffConfig
@@ -66,13 +66,13 @@ func (m *Manager) run(v *volume, tr *tracked, known *metadata.Metadata) {
 		case errors.Is(outcome, ErrNotReadyToRequest):
 			delay = gate.Step()
 			renewal = *m.opts.RenewalBackoffConfig
-			gatePending = true
+			kind, gatePending = waitGatePending, true
 		default:
 			delay = renewal.Step()
 			gate = *m.opts.GateBackoffConfig
 		}
 		m.logFor(v).V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", gatePending)
-		if !m.sleep(v, tr, delay, gatePending) {
+		if !m.sleep(v, tr, delay, kind) {
 			return
 		}
 	}
@@ -111,18 +111,31 @@ func (m *Manager) untilDue(v *volume, known *metadata.Metadata) (time.Duration, 
 	return 0, nil
 }
 
-// sleep waits for d on the injected clock. It returns false if the volume was unmanaged or the
-// manager stopped. A gate-pending wait also ends on Requeue, and asks the gate again every
-// GatePollInterval: when the gate says yes, the wait ends. An issuance-error wait ends on
-// neither. A delay of zero or less does not wait.
-func (m *Manager) sleep(v *volume, tr *tracked, d time.Duration, gatePending bool) bool {
+// waitKind says what a loop is waiting for, which decides what may end the wait early.
+type waitKind int
+
+const (
+	// waitUntilDue: the certificate is not due yet. Requeue ends the wait; nothing is polled,
+	// so a volume that is not due costs nothing.
+	waitUntilDue waitKind = iota
+	// waitGatePending: the readiness gate said "not yet". Requeue ends the wait, and so does the
+	// gate itself, asked again every GatePollInterval.
+	waitGatePending
+	// waitAfterError: an issuance error. Nothing ends the wait early, which protects signers
+	// and the apiserver.
+	waitAfterError
+)
+
+// sleep waits for d on the injected clock; kind says what may end it early. It returns false
+// if the volume was unmanaged or the manager stopped. A delay of zero or less does not wait.
+func (m *Manager) sleep(v *volume, tr *tracked, d time.Duration, kind waitKind) bool {
 	var requeue <-chan struct{}
-	if gatePending {
+	if kind != waitAfterError {
 		requeue = v.requeue
 	}
 	for d > 0 {
 		step, poll := d, false
-		if gatePending && m.opts.GatePollInterval > 0 && d > m.opts.GatePollInterval {
+		if kind == waitGatePending && m.opts.GatePollInterval > 0 && d > m.opts.GatePollInterval {
 			step, poll = m.opts.GatePollInterval, true
 		}
 		t := m.clock.NewTimer(step)

@@ -24,17 +24,29 @@ var (
 )
 
 // ClientForMetadataTokenRequestEmptyAud returns a ClientForMetadataFunc that builds a
-// cert-manager client from restConfig's server and TLS settings, authenticated only with the
-// pod's empty-audience service-account token.
+// cert-manager client as upstream does: restConfig's Host, TLS client configuration (client
+// certificate and key included), UserAgent, Timeout and Proxy, authenticated with the pod's
+// empty-audience service-account token.
 func ClientForMetadataTokenRequestEmptyAud(restConfig *rest.Config) manager.ClientForMetadataFunc {
 	return func(meta metadata.Metadata) (cmclient.Interface, error) {
 		token, err := EmptyAudienceTokenFromMetadata(meta)
 		if err != nil {
 			return nil, err
 		}
-		cfg := rest.AnonymousClientConfig(restConfig)
-		cfg.BearerToken = token
-		return cmclient.NewForConfig(cfg)
+		return cmclient.NewForConfig(configForToken(restConfig, token))
+	}
+}
+
+// configForToken is upstream's client configuration for a pod's token: only these fields of
+// restConfig are kept.
+func configForToken(restConfig *rest.Config, token string) *rest.Config {
+	return &rest.Config{
+		Host:            restConfig.Host,
+		TLSClientConfig: restConfig.TLSClientConfig,
+		UserAgent:       restConfig.UserAgent,
+		Timeout:         restConfig.Timeout,
+		Proxy:           restConfig.Proxy,
+		BearerToken:     token,
 	}
 }
 
@@ -42,12 +54,13 @@ func ClientForMetadataTokenRequestEmptyAud(restConfig *rest.Config) manager.Clie
 // JSON object keyed by audience whose values are {"token": "...", ...}. Errors never contain
 // the token or the JSON.
 func EmptyAudienceTokenFromMetadata(meta metadata.Metadata) (string, error) {
-	raw, ok := meta.VolumeContext[metadata.SATokenVolumeContextKey]
-	if !ok || raw == "" {
-		return "", ErrNoTokens
-	}
+	raw := meta.VolumeContext[metadata.SATokenVolumeContextKey]
 	var tokens map[string]struct {
 		Token string `json:"token"`
+	}
+	if raw == "" {
+		// As upstream: an absent or empty value is a JSON parse error (of nothing: no secret).
+		return "", fmt.Errorf("%w: %w", ErrNoTokens, json.Unmarshal([]byte(raw), &tokens))
 	}
 	if err := json.Unmarshal([]byte(raw), &tokens); err != nil {
 		// The decoder's message may quote part of the input: do not wrap it.

@@ -2,11 +2,14 @@ package util
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -69,5 +72,33 @@ func TestClientForMetadataUsesOnlyThePodToken(t *testing.T) {
 	}
 	if _, err := ClientForMetadataTokenRequestEmptyAud(cfg)(metaWithTokens(`nope`)); !errors.Is(err, ErrMalformedTokens) {
 		t.Fatalf("malformed tokens gave %v", err)
+	}
+}
+
+// TestConfigForTokenKeepsUpstreamsFields: the client keeps the server, TLS (client certificate
+// included), user agent, timeout and proxy, and authenticates with the pod's token only.
+func TestConfigForTokenKeepsUpstreamsFields(t *testing.T) {
+	proxy := func(*http.Request) (*url.URL, error) { return nil, nil }
+	cfg := &rest.Config{
+		Host: "https://api:6443", UserAgent: "csi-driver/v1", Timeout: 7 * time.Second, Proxy: proxy,
+		TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca"), CertData: []byte("cert"), KeyData: []byte("key"), ServerName: "api"},
+		BearerToken:     "driver-own-token", Username: "u", Password: "p", QPS: 99, Burst: 99,
+	}
+	got := configForToken(cfg, "pod-token")
+	if got.Host != cfg.Host || got.UserAgent != cfg.UserAgent || got.Timeout != cfg.Timeout || got.Proxy == nil ||
+		string(got.TLSClientConfig.CertData) != "cert" || string(got.TLSClientConfig.KeyData) != "key" ||
+		string(got.TLSClientConfig.CAData) != "ca" || got.TLSClientConfig.ServerName != "api" {
+		t.Errorf("fields not kept: %+v", got)
+	}
+	if got.BearerToken != "pod-token" || got.Username != "" || got.Password != "" || got.QPS != 0 || got.Burst != 0 {
+		t.Errorf("fields beyond upstream's kept: %+v", got)
+	}
+	// An absent or empty tokens value is a JSON parse error, as upstream, and ErrNoTokens.
+	for _, meta := range []metadata.Metadata{{}, metaWithTokens("")} {
+		_, err := EmptyAudienceTokenFromMetadata(meta)
+		var syntax *json.SyntaxError
+		if !errors.Is(err, ErrNoTokens) || !errors.As(err, &syntax) {
+			t.Errorf("empty tokens: %v; want ErrNoTokens and the JSON parse error", err)
+		}
 	}
 }
