@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -121,10 +123,10 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 	if _, err := ns.store.RegisterMetadata(meta); err != nil {
 		return nil, status.Errorf(codes.Internal, "registering volume %q: %v", id, err)
 	}
-	succeeded := false
+	succeeded, foreignMount := false, false
 	defer func() {
 		if !succeeded && !wasMounted {
-			ns.tearDownFailedPublish(log, id, req.GetTargetPath())
+			ns.tearDownFailedPublish(log, id, req.GetTargetPath(), !foreignMount)
 		}
 	}()
 
@@ -134,6 +136,7 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 		}
 	}
 	if err := ns.ensureMounted(log, ns.store.PathForVolume(id), req.GetTargetPath()); err != nil {
+		foreignMount = errors.Is(err, errForeignMount)
 		return nil, status.Errorf(codes.Internal, "mounting volume %q at %s: %v", id, req.GetTargetPath(), err)
 	}
 	if !wasMounted {
@@ -225,17 +228,77 @@ func (ns *nodeServer) ensureMounted(log logr.Logger, src, target string) error {
 		return err
 	}
 	if !notMnt {
-		log.V(2).Info("Target path already mounted; nothing to do", "target_path", target)
-		return nil
+		return ns.checkExistingMount(log, src, target)
 	}
 	return ns.mounter.Mount(src, target, "", []string{"bind", "ro"})
 }
 
-// tearDownFailedPublish undoes a first publish that failed: stop managing, unmount, remove the
-// files. Pending keys and metric series stay: kubelet will retry the same volume.
-func (ns *nodeServer) tearDownFailedPublish(log logr.Logger, id, target string) {
+// checkExistingMount vets a target path that is already mounted (kubelet retrying, or a crash
+// between the bind mount and its read-only remount). A read-only bind of this volume's data
+// directory is what a publish makes: nothing to do. A writable one of it is repaired (unmounted
+// and bound again read-only). A mount of anything else is refused and left alone.
+func (ns *nodeServer) checkExistingMount(log logr.Logger, src, target string) error {
+	fromSource, readOnly, err := ns.inspectMount(src, target)
+	if err != nil {
+		return err
+	}
+	if !fromSource {
+		return fmt.Errorf("%w: target path %s is mounted from something other than the volume's data directory %s", errForeignMount, target, src)
+	}
+	if readOnly {
+		log.V(2).Info("Target path already mounted read-only; nothing to do", "target_path", target)
+		return nil
+	}
+	log.Info("Target path is a writable bind mount of the volume (a crash before the read-only remount?); mounting it read-only again", "target_path", target)
+	if err := ns.mounter.Unmount(target); err != nil {
+		return fmt.Errorf("unmounting the writable bind mount at %s: %w", target, err)
+	}
+	return ns.mounter.Mount(src, target, "", []string{"bind", "ro"})
+}
+
+// inspectMount reports whether the mount at target shows src (the mount table names src as its
+// source, or target resolves to the same directory as src, which is what a bind mount of src
+// does) and whether it is read-only.
+func (ns *nodeServer) inspectMount(src, target string) (fromSource, readOnly bool, err error) {
+	mps, err := ns.mounter.List()
+	if err != nil {
+		return false, false, fmt.Errorf("listing mounts: %w", err)
+	}
+	var mp *mount.MountPoint
+	for i := range mps {
+		if filepath.Clean(mps[i].Path) == filepath.Clean(target) {
+			mp = &mps[i] // the last one is on top
+		}
+	}
+	if mp == nil {
+		return false, false, fmt.Errorf("target path %s is a mount point missing from the mount table", target)
+	}
+	fromSource = mp.Device == src || sameDirectory(src, target)
+	return fromSource, slices.Contains(mp.Opts, "ro"), nil
+}
+
+// sameDirectory reports whether two paths resolve to the same file.
+func sameDirectory(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
+}
+
+// errForeignMount: the target path is mounted, but not from the volume. The publish refuses it
+// and its clean-up leaves the mount alone.
+var errForeignMount = errors.New("refusing to publish over a mount that is not the volume's")
+
+// tearDownFailedPublish undoes a first publish that failed: stop managing, unmount the target
+// (unless unmount is false: the mount there is not ours), remove the files. Pending keys and
+// metric series stay: kubelet will retry the same volume.
+func (ns *nodeServer) tearDownFailedPublish(log logr.Logger, id, target string, unmount bool) {
 	ns.manager.UnmanageVolume(id)
-	if err := mount.CleanupMountPoint(target, ns.mounter, true); err != nil {
+	if !unmount {
+		log.Info("Leaving the target path's mount alone: it is not the volume's", "target_path", target)
+	} else if err := mount.CleanupMountPoint(target, ns.mounter, true); err != nil {
 		log.Error(err, "Cleaning up target path after a failed publish", "target_path", target)
 	}
 	if err := ns.store.RemoveVolume(id); err != nil {

@@ -78,16 +78,23 @@ func (m *Manager) issue(ctx context.Context, a *attempt) error {
 		return fmt.Errorf("reading metadata: %w", err)
 	}
 
-	// Step 3.
+	// Step 3. A key not in memory may have been persisted by an earlier process.
 	if n := len(reqs); n > 0 && resumable(reqs[n-1]) {
 		newest := reqs[n-1]
-		if key, ok := m.pendingKey(newest.Namespace, newest.Name); ok {
+		key, ok := m.pendingKey(newest.Namespace, newest.Name)
+		if !ok {
+			key, ok = m.recoverPersistedKey(v, newest)
+		}
+		if ok {
 			m.logFor(v).V(2).Info("Resuming CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
 			return m.waitAndWrite(ctx, a, meta, newest.Namespace, newest.Name, key)
 		}
 		if err := m.deleteRequest(ctx, v, newest); err != nil {
 			return err
 		}
+	} else {
+		// No pending request: a persisted key is a key without a request.
+		m.recoverPersistedKey(v, nil)
 	}
 
 	// Step 4.
@@ -146,6 +153,7 @@ func (m *Manager) issue(ctx context.Context, a *attempt) error {
 	m.createdSeq++
 	m.created[reqKey] = m.createdSeq
 	m.mu.Unlock()
+	m.persistKey(v, reqKey, key)
 	created, err := client.CertmanagerV1().CertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
 	if err != nil {
 		m.forgetRequest(reqKey)
@@ -406,18 +414,23 @@ func (m *Manager) pendingKey(namespace, name string) (any, bool) {
 	return pk.key, ok
 }
 
-// dropKey forgets a request's private key once it can no longer be used.
+// dropKey forgets a request's private key once it can no longer be used, in memory and, if it
+// was persisted, in the store.
 func (m *Manager) dropKey(reqKey string) {
 	m.mu.Lock()
+	pk, ok := m.pendingKeys[reqKey]
 	delete(m.pendingKeys, reqKey)
 	m.mu.Unlock()
+	if ok {
+		m.removePersistedKey(pk.volumeID, reqKey)
+	}
 }
 
 // forgetRequest forgets everything the manager holds about a request that no longer exists:
-// its private key and its creation order.
+// its private key (in memory and persisted) and its creation order.
 func (m *Manager) forgetRequest(reqKey string) {
+	m.dropKey(reqKey)
 	m.mu.Lock()
-	delete(m.pendingKeys, reqKey)
 	delete(m.created, reqKey)
 	m.mu.Unlock()
 }

@@ -68,6 +68,9 @@ type Manager struct {
 	// CreationTimestamp has one-second resolution.
 	created    map[string]uint64
 	createdSeq uint64
+	// keyFileMu serialises reads and writes of persisted pending keys (see pendingkeys.go):
+	// informer events remove them while attempts write them.
+	keyFileMu sync.Mutex
 	// watchers are notified when the informer sees a change to a request, by request key.
 	watchers map[string]map[chan struct{}]struct{}
 }

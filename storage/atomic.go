@@ -129,31 +129,43 @@ func projectFiles(dir string, files map[string][]byte, gid *int64) error {
 		return err
 	}
 	// Step 4.
-	return removeStale(dir, gen, visible)
+	_, err = removeStale(dir, gen, visible)
+	return err
 }
 
 // removeStale removes from a data directory every generation but gen, leftover temporary
-// links, and visible names not in keep (nil keeps every visible name).
-func removeStale(dir, gen string, keep map[string]bool) error {
+// links, and visible names not in keep (nil keeps every visible name). It returns the names it
+// removed.
+func removeStale(dir, gen string, keep map[string]bool) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var removed []string
 	for _, e := range entries {
 		name := e.Name()
+		stale := false
 		switch {
 		case name == dataLinkName || name == gen:
 		case strings.HasPrefix(name, generationPrefix):
-			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-				return err
-			}
+			stale = true
 		case keep != nil && !keep[name]:
+			stale = true
+		}
+		if stale {
 			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-				return err
+				return removed, err
 			}
+			removed = append(removed, name)
 		}
 	}
-	return nil
+	return removed, nil
+}
+
+// isTempFile reports whether a name in a volume directory is the temporary file of an
+// interrupted atomic write (writeFileAtomic's "."+name+".tmp-*").
+func isTempFile(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-")
 }
 
 func writeGenerationFile(path string, content []byte, gid *int64) error {

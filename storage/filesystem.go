@@ -21,6 +21,9 @@ const (
 	inMemoryDirName  = "inmemfs"
 	metadataFileName = "metadata.json"
 	dataDirName      = "data"
+	// pendingKeyFileName holds the private key of the volume's pending request (0600), beside
+	// the metadata and outside data/.
+	pendingKeyFileName = "pending-key.pem"
 
 	// Modes as upstream: the volume directory has no x bits (only root, which the driver is,
 	// enters it), the data directory is readable by its group (the fsGroup) and nobody else.
@@ -85,8 +88,9 @@ type filesystemState struct {
 }
 
 var (
-	_ Interface     = &Filesystem{}
-	_ MountRecorder = &Filesystem{}
+	_ Interface       = &Filesystem{}
+	_ MountRecorder   = &Filesystem{}
+	_ PendingKeyStore = &Filesystem{}
 )
 
 // NewFilesystem returns a store rooted at <baseDir>/inmemfs, mounting a tmpfs there unless one is
@@ -415,4 +419,54 @@ func (f *Filesystem) ReadFile(volumeID, name string) ([]byte, error) {
 	}
 	defer file.Close()
 	return io.ReadAll(file)
+}
+
+// WritePendingKey atomically writes the volume's pending key beside its metadata (mode 0600).
+func (f *Filesystem) WritePendingKey(volumeID string, data []byte) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	unlock := f.state.locks.LockNoContext(volumeID)
+	defer unlock()
+	if err := checkDir(f.volumeDir(volumeID)); err != nil {
+		return fmt.Errorf("writing pending key of volume %q: %w", volumeID, err)
+	}
+	return writeFileAtomic(f.volumeDir(volumeID), pendingKeyFileName, data, metadataMode)
+}
+
+// ReadPendingKey reads the volume's pending key; ErrNotFound if there is none.
+func (f *Filesystem) ReadPendingKey(volumeID string) ([]byte, error) {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return nil, err
+	}
+	root, err := f.openVolume(volumeID)
+	if err != nil {
+		return nil, fmt.Errorf("reading pending key of volume %q: %w", volumeID, err)
+	}
+	defer root.Close()
+	data, err := root.ReadFile(pendingKeyFileName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("reading pending key of volume %q: %w", volumeID, ErrNotFound)
+	}
+	return data, err
+}
+
+// RemovePendingKey removes the volume's pending key; removing none succeeds.
+func (f *Filesystem) RemovePendingKey(volumeID string) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	unlock := f.state.locks.LockNoContext(volumeID)
+	defer unlock()
+	if err := checkDir(f.volumeDir(volumeID)); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	err := os.Remove(filepath.Join(f.volumeDir(volumeID), pendingKeyFileName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }

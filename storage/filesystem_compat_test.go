@@ -440,3 +440,115 @@ func TestSetMountedNeverLosesARenewal(t *testing.T) {
 		}
 	})
 }
+
+// TestPendingKeyLivesOutsideData: the pending key is a 0600 file beside metadata.json, never in
+// the bind-mounted data directory, and goes with the volume.
+func TestPendingKeyLivesOutsideData(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		ks := s.store.(PendingKeyStore)
+		if err := ks.WritePendingKey("v1", []byte("k")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("WritePendingKey on a missing volume = %v, want ErrNotFound", err)
+		}
+		if _, err := s.store.RegisterMetadata(testMeta("v1")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ks.ReadPendingKey("v1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("ReadPendingKey before any write = %v, want ErrNotFound", err)
+		}
+		if err := ks.WritePendingKey("v1", []byte("key-1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := ks.WritePendingKey("v1", []byte("key-2")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ks.ReadPendingKey("v1"); err != nil || string(got) != "key-2" {
+			t.Fatalf("ReadPendingKey = %q, %v", got, err)
+		}
+		if f, ok := s.store.(*Filesystem); ok {
+			st, err := os.Stat(filepath.Join(f.volumeDir("v1"), pendingKeyFileName))
+			if err != nil || st.Mode().Perm() != 0o600 {
+				t.Fatalf("key file: %v, %v; want mode 0600 beside metadata.json", st, err)
+			}
+			_ = filepath.WalkDir(f.dataDir("v1"), func(p string, d fs.DirEntry, err error) error {
+				if err == nil && strings.Contains(d.Name(), "pending-key") {
+					t.Errorf("the pending key is under the data directory: %s", p)
+				}
+				return nil
+			})
+		}
+		if m, ok := s.store.(*MemoryFS); ok {
+			if files, _ := m.ReadFiles("v1"); len(files) != 1 {
+				t.Fatalf("ReadFiles shows the pending key: %v", files)
+			}
+		}
+		if err := ks.RemovePendingKey("v1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := ks.RemovePendingKey("v1"); err != nil {
+			t.Fatalf("removing nothing: %v", err)
+		}
+		if err := ks.WritePendingKey("v1", []byte("key-3")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.store.RemoveVolume("v1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ks.ReadPendingKey("v1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("pending key after RemoveVolume: %v", err)
+		}
+	})
+}
+
+// TestSweepRemovesCrashLeftovers: a kill inside an atomic metadata write leaves a temporary
+// file (a full copy of the metadata), a kill inside a projection leaves a generation or a
+// temporary link that no ..data points to. The start-up sweep removes them from kept volumes
+// and leaves the live set alone.
+func TestSweepRemovesCrashLeftovers(t *testing.T) {
+	base := t.TempDir()
+	f := newPlainFilesystem(t, base)
+	meta := testMeta("live")
+	if _, err := f.RegisterMetadata(meta); err != nil {
+		t.Fatal(err)
+	}
+	meta.Mounted = true
+	if err := f.WriteMetadata("live", meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WriteFiles(meta, map[string][]byte{"tls.crt": []byte("crt")}); err != nil {
+		t.Fatal(err)
+	}
+	litter := []string{
+		filepath.Join(f.volumeDir("live"), ".metadata.json.tmp-12345"),
+		filepath.Join(f.volumeDir("live"), ".pending-key.pem.tmp-999"),
+		filepath.Join(f.dataDir("live"), "..2020_01_01_00_00_00.123"),
+		filepath.Join(f.dataDir("live"), "..tmp-0badf00d"),
+	}
+	for _, p := range litter[:2] {
+		if err := os.WriteFile(p, []byte(`{"volumeID":"live"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(litter[2], "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..2020_01_01_00_00_00.123", litter[3]); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := newPlainFilesystem(t, base)
+	res := restarted.StartupSweep()
+	if len(res.RemovedLeftovers) != 4 || res.Kept != 1 {
+		t.Fatalf("sweep = %+v; want the 4 leftovers removed and the volume kept", res)
+	}
+	for _, p := range litter {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s survived the sweep", p)
+		}
+	}
+	if got, err := restarted.ReadFile("live", "tls.crt"); err != nil || string(got) != "crt" {
+		t.Fatalf("the live files were touched: %q, %v", got, err)
+	}
+	if got, err := restarted.ReadMetadata("live"); err != nil || !got.Mounted {
+		t.Fatalf("the live metadata was touched: %+v, %v", got, err)
+	}
+}

@@ -60,6 +60,23 @@ type MountRecorder interface {
 	SetMounted(volumeID string) error
 }
 
+// PendingKeyStore is implemented by stores that can keep the private key of a volume's pending
+// CertificateRequest beside its metadata, so that a restarted manager resumes the request
+// instead of creating another. The key never goes into the data directory, so it is never
+// bind-mounted into the pod; Filesystem keeps it on its tmpfs (in PlainDirectory mode it
+// reaches whatever disk backs the base directory). The manager detects the interface; a store
+// without it keeps pending keys in the manager's memory only. The content is opaque to the
+// store.
+type PendingKeyStore interface {
+	// WritePendingKey atomically replaces the volume's pending key (mode 0600); ErrNotFound if
+	// the volume does not exist.
+	WritePendingKey(volumeID string, data []byte) error
+	// ReadPendingKey returns the volume's pending key; ErrNotFound if there is none.
+	ReadPendingKey(volumeID string) ([]byte, error)
+	// RemovePendingKey removes the volume's pending key; removing none succeeds.
+	RemovePendingKey(volumeID string) error
+}
+
 // DataWriter writes the files of a volume.
 type DataWriter interface {
 	// WriteFiles writes the data files of a volume (Filesystem: the whole set at once, as a

@@ -34,11 +34,14 @@ type MemoryFS struct {
 type memVolume struct {
 	files   map[string][]byte // "metadata.json" included
 	mounted bool
+	// pendingKey is kept beside the files, so ReadFiles stays upstream's map.
+	pendingKey []byte
 }
 
 var (
-	_ Interface     = &MemoryFS{}
-	_ MountRecorder = &MemoryFS{}
+	_ Interface       = &MemoryFS{}
+	_ MountRecorder   = &MemoryFS{}
+	_ PendingKeyStore = &MemoryFS{}
 )
 
 // NewMemoryFS returns an empty in-memory store.
@@ -271,5 +274,47 @@ func (m *MemoryFS) Sweep(log logr.Logger) SweepResult {
 		defer m.mu.RUnlock()
 		_, ok := m.volumes[id]
 		return ok
-	})
+	}, nil)
+}
+
+// WritePendingKey replaces the volume's pending key (kept beside its files, not among them).
+func (m *MemoryFS) WritePendingKey(volumeID string, data []byte) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.volumes[volumeID]
+	if !ok {
+		return ErrNotFound
+	}
+	v.pendingKey = append([]byte(nil), data...)
+	return nil
+}
+
+// ReadPendingKey returns the volume's pending key; ErrNotFound if there is none.
+func (m *MemoryFS) ReadPendingKey(volumeID string) ([]byte, error) {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	v, ok := m.volumes[volumeID]
+	if !ok || v.pendingKey == nil {
+		return nil, ErrNotFound
+	}
+	return append([]byte(nil), v.pendingKey...), nil
+}
+
+// RemovePendingKey removes the volume's pending key; removing none succeeds.
+func (m *MemoryFS) RemovePendingKey(volumeID string) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v, ok := m.volumes[volumeID]; ok {
+		v.pendingKey = nil
+	}
+	return nil
 }

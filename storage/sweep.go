@@ -3,6 +3,8 @@ package storage
 import (
 	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"k8s.io/mount-utils"
@@ -27,6 +29,10 @@ type SweepResult struct {
 	Failed []string
 	// Kept is the number of mounted volumes left in place.
 	Kept int
+	// RemovedLeftovers are files a crash left inside kept volumes, as "<volume ID>/<path>":
+	// temporary files of interrupted metadata or key writes, and data generations or temporary
+	// links that no "..data" points to.
+	RemovedLeftovers []string
 }
 
 // Sweep removes what a crash or a missed NodeUnpublishVolume left behind; see the package
@@ -36,7 +42,42 @@ func (f *Filesystem) Sweep() SweepResult {
 	return sweep(f.log, f, f.mounter, func(id string) bool {
 		_, err := os.Stat(f.volumeDir(id))
 		return err == nil
-	})
+	}, f.removeCrashLeftovers)
+}
+
+// removeCrashLeftovers removes what a crash left inside a kept volume: temporary files of
+// interrupted atomic writes in the volume directory, and generations and temporary links in
+// data/ that "..data" does not point to. It returns what it removed, as "<id>/<path>".
+func (f *Filesystem) removeCrashLeftovers(id string) ([]string, error) {
+	unlock := f.state.locks.LockNoContext(id)
+	defer unlock()
+	var removed []string
+	for _, dir := range []string{f.volumeDir(id), f.dataDir(id)} {
+		if err := checkDir(dir); err != nil {
+			return removed, err
+		}
+	}
+	entries, err := os.ReadDir(f.volumeDir(id))
+	if err != nil {
+		return removed, err
+	}
+	for _, e := range entries {
+		if isTempFile(e.Name()) {
+			if err := os.Remove(filepath.Join(f.volumeDir(id), e.Name())); err != nil {
+				return removed, err
+			}
+			removed = append(removed, id+"/"+e.Name())
+		}
+	}
+	current, _ := os.Readlink(filepath.Join(f.dataDir(id), dataLinkName))
+	if strings.Contains(current, "/") {
+		current = "" // not a generation of ours: keep nothing it names
+	}
+	stale, err := removeStale(f.dataDir(id), current, nil)
+	for _, name := range stale {
+		removed = append(removed, id+"/"+dataDirName+"/"+name)
+	}
+	return removed, err
 }
 
 // sweepStore is what sweep needs of a store.
@@ -45,7 +86,9 @@ type sweepStore interface {
 	RemoveVolume(volumeID string) error
 }
 
-func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, exists func(string) bool) SweepResult {
+// sweep removes never-mounted volumes and volumes without metadata from store; for every kept
+// volume it calls tidy (nil: nothing to tidy) to remove what a crash left inside it.
+func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, exists func(string) bool, tidy func(id string) ([]string, error)) SweepResult {
 	var res SweepResult
 	log = log.WithName("sweep")
 	ids, err := store.ListVolumes()
@@ -69,6 +112,17 @@ func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, exists fu
 			res.Unreadable = append(res.Unreadable, id)
 		case meta.Mounted:
 			res.Kept++
+			if tidy == nil {
+				continue
+			}
+			removed, err := tidy(id)
+			if len(removed) > 0 {
+				log.Info("Removed what a crash left in a kept volume", "volume_id", id, "removed", removed)
+				res.RemovedLeftovers = append(res.RemovedLeftovers, removed...)
+			}
+			if err != nil {
+				log.Error(err, "Cannot tidy a kept volume", "volume_id", id)
+			}
 		default:
 			unmounted, err := unmountIfMountPoint(mounter, meta.TargetPath)
 			if err != nil {
@@ -88,7 +142,7 @@ func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, exists fu
 			res.RemovedNeverMounted = append(res.RemovedNeverMounted, id)
 		}
 	}
-	log.Info("Start-up sweep done", "kept", res.Kept, "removed_without_metadata", len(res.RemovedWithoutMetadata),
+	log.Info("Start-up sweep done", "kept", res.Kept, "removed_leftovers", len(res.RemovedLeftovers), "removed_without_metadata", len(res.RemovedWithoutMetadata),
 		"removed_never_mounted", len(res.RemovedNeverMounted), "unreadable", len(res.Unreadable), "failed", len(res.Failed))
 	return res
 }

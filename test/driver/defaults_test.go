@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"math"
+	"os"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,8 +15,11 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/mount-utils"
 	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
 
@@ -141,9 +146,8 @@ func TestSeriesLiveUntilUnpublish(t *testing.T) {
 	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, 200*time.Millisecond), req); err == nil {
 		t.Fatal("publish succeeded without a signer")
 	}
-	if n := series(); n != 2 {
-		t.Fatalf("%d series after a failed first publish, want 2 (requests and errors)", n)
-	}
+	// The client gives up at its deadline; the server counts the error a moment later.
+	poll(t, "the failed publish's series (requests and errors)", func() bool { return series() == 2 })
 	startSigner(t, opts, newCA(t))
 	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req); err != nil {
 		t.Fatal(err)
@@ -153,5 +157,56 @@ func TestSeriesLiveUntilUnpublish(t *testing.T) {
 	}
 	if n := series(); n != 0 {
 		t.Fatalf("%d series after unpublish, want 0", n)
+	}
+}
+
+// TestPublishOverAnExistingMount: a target already mounted from the volume's data directory
+// but writable (a crash between the bind mount and its read-only remount) is repaired; a target
+// mounted from anything else is refused and left alone.
+func TestPublishOverAnExistingMount(t *testing.T) {
+	store := storage.NewMemoryFS()
+	o := testdriver.Options{Store: store}
+	realIssuance(&o, store)
+	opts, cl, _ := testdriver.Run(t, o)
+	startSigner(t, opts, newCA(t))
+	mounter := opts.Mounter.(*mount.FakeMounter)
+	mountsAt := func(target string) []mount.MountPoint {
+		var out []mount.MountPoint
+		for _, mp := range mountPoints(t, opts) {
+			if mp.Path == target {
+				out = append(out, mp)
+			}
+		}
+		return out
+	}
+
+	writable := publishRequest(t, "vol-1")
+	if err := os.MkdirAll(writable.TargetPath, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := mounter.Mount(store.PathForVolume("vol-1"), writable.TargetPath, "", []string{"bind"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), writable); err != nil {
+		t.Fatal(err)
+	}
+	mps := mountsAt(writable.TargetPath)
+	if len(mps) != 1 || !slices.Contains(mps[0].Opts, "ro") {
+		t.Fatalf("mounts at the target after publish: %+v; want one read-only bind", mps)
+	}
+
+	foreign := publishRequest(t, "vol-2")
+	if err := os.MkdirAll(foreign.TargetPath, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := mounter.Mount("/somewhere/else", foreign.TargetPath, "", []string{"bind", "ro"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), foreign)
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("publish over a foreign mount = %v, want Internal", err)
+	}
+	if mps := mountsAt(foreign.TargetPath); len(mps) != 1 || mps[0].Device != "/somewhere/else" {
+		t.Fatalf("the foreign mount was touched: %+v", mps)
 	}
 }

@@ -1,0 +1,138 @@
+package manager
+
+import (
+	"context"
+	"encoding/pem"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/storage"
+)
+
+// plainReader hides the MemoryFS's PendingKeyStore: a third-party store.
+type plainReader struct{ storage.MetadataReader }
+
+// restartWhilePending makes the mounted volume v1 due, lets manager A create its request and
+// stops A before anyone signs; manager B (same store and clientset) takes over; the request is
+// then signed. It returns the number of creates the clientset saw and the key pair B wrote.
+func restartWhilePending(t *testing.T, hideKeyStore bool) (creates int, e *env) {
+	e = newEnv(t, func(o *Options) {
+		o.GatePollInterval = -1
+		if hideKeyStore {
+			o.MetadataReader = plainReader{o.MetadataReader}
+		}
+	})
+	testkit.StampLikeAPIServer(e.client, e.clock.Now)
+	e.register("v1", true)
+	a := e.start()
+	pending := e.waitForPending()
+	e.waitInformerHas(pending)
+	a.Stop()
+
+	b, err := NewManager(e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	e.m = b
+	e.poll("B's attempt to resume or replace the request", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.watchers) == 1
+	})
+	e.issuePending()
+	e.poll("the key pair to be written", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(e.written["v1"]) == 1
+	})
+	return testkit.CountActions(e.client, "create"), e
+}
+
+// TestRestartResumesPendingRequest: with a store that keeps pending keys, a restart while a
+// request is pending costs no new request: the restarted manager resumes it with the same key.
+// A store without PendingKeyStore keeps the old behaviour (the request is replaced).
+func TestRestartResumesPendingRequest(t *testing.T) {
+	creates, e := restartWhilePending(t, false)
+	if creates != 1 {
+		t.Fatalf("%d creates across the restart, want 1", creates)
+	}
+	reqs := e.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	}
+	e.mu.Lock()
+	key := e.written["v1"][0]
+	e.mu.Unlock()
+	if !keyMatches(t, key, reqs[0].Status.Certificate) {
+		t.Fatal("the key pair written is not the resumed request's certificate with its key")
+	}
+	if _, err := e.store.ReadPendingKey("v1"); err != storage.ErrNotFound {
+		t.Fatalf("persisted key after issuance: %v, want it removed", err)
+	}
+	files, _ := e.store.ReadFiles("v1")
+	for name, content := range files {
+		if block, _ := pem.Decode(content); block != nil && block.Headers[pendingKeyRequestHeader] != "" {
+			t.Fatalf("the persisted key is among the volume's files (%s)", name)
+		}
+	}
+
+	creates, _ = restartWhilePending(t, true)
+	if creates != 2 {
+		t.Fatalf("a store without PendingKeyStore: %d creates, want 2 (the request replaced)", creates)
+	}
+}
+
+// TestPersistedKeyMismatchAndOrphan: a persisted key that does not match the request's CSR, or
+// that names a request that is not pending, is removed; the request is replaced.
+func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.GatePollInterval = -1 })
+	e.register("v1", true)
+	a := e.start()
+	pending := e.waitForPending()
+	e.waitInformerHas(pending)
+	a.Stop()
+	// Replace the persisted key with another key for the same request.
+	other, _ := testkit.NewKey()
+	m := &Manager{opts: e.opts, log: a.log}
+	m.opts.MetadataReader = e.store
+	m.persistKey(&volume{id: "v1", log: a.log}, requestKey(pending.Namespace, pending.Name), other)
+
+	b, err := NewManager(e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	e.m = b
+	e.poll("the mismatched request to be replaced", func() bool {
+		reqs := e.requests()
+		return len(reqs) == 1 && reqs[0].Name != pending.Name
+	})
+	replacement := e.waitForPending()
+	data, err := e.store.ReadPendingKey("v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block.Headers[pendingKeyRequestHeader] != requestKey(replacement.Namespace, replacement.Name) {
+		t.Fatalf("persisted key names %q, want the replacement", block.Headers[pendingKeyRequestHeader])
+	}
+	b.Stop()
+
+	// A key without a request: the request is deleted while no manager runs.
+	if err := e.client.CertmanagerV1().CertificateRequests("ns").Delete(context.Background(), replacement.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.gateOpen.Store(false) // the next attempt stops at the gate, after looking at the key
+	c, err := NewManager(e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	e.poll("the orphaned key to be removed", func() bool {
+		_, err := e.store.ReadPendingKey("v1")
+		return err == storage.ErrNotFound
+	})
+}
