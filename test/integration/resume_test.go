@@ -4,13 +4,20 @@ package integration
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/manager"
 )
 
 // TestPublishRetryResumesPendingRequest: a signer slower than kubelet's publish deadline. Each
@@ -25,7 +32,8 @@ func TestPublishRetryResumesPendingRequest(t *testing.T) {
 
 	var first string
 	for i := 0; i < 2; i++ {
-		_, err := n.client.NodePublishVolume(ctxTimeout(t, 2*time.Second), req)
+		// Long enough for the create to reach a cold apiserver (this may be the suite's first).
+		_, err := n.client.NodePublishVolume(ctxTimeout(t, 5*time.Second), req)
 		if status.Code(err) != codes.DeadlineExceeded {
 			t.Fatalf("publish %d: %v, want DeadlineExceeded", i+1, err)
 		}
@@ -52,5 +60,66 @@ func TestPublishRetryResumesPendingRequest(t *testing.T) {
 	ca, _ := n.fs.ReadFile("csi-resume", "ca.crt")
 	if _, err := testkit.VerifyKeyPair(key, chain, ca, time.Now()); err != nil {
 		t.Fatalf("the key written is not the request's: %v", err)
+	}
+}
+
+// TestRestartResumesPendingRenewal: the driver restarts while a renewal's request is pending.
+// The restarted node (same directory, so the start-up sweep runs) resumes that request with the
+// key persisted beside the metadata; no new request is created. The key file is never under
+// the bind-mounted data directory and is gone once the key pair is written.
+func TestRestartResumesPendingRenewal(t *testing.T) {
+	ns := newNamespace(t)
+	pod := newPod(t, ns, "restart-renewal")
+	base := t.TempDir()
+	clk := testclock.NewFakeClock(time.Now())
+	onClock := func(o *manager.Options) { o.Clock = clk }
+	a := startNode(t, nodeConfig{baseDir: base, managerOpts: onClock})
+	stopSigner := runSigner(t, ns, newCA(t))
+	req := publishRequest(t, pod, "csi-renew")
+	if _, err := a.client.NodePublishVolume(ctxTimeout(t, pollTimeout), req); err != nil {
+		t.Fatal(err)
+	}
+	stopSigner()
+	first := requestsIn(t, cm, ns)[0].Name
+
+	// The renewal falls due with no signer running: its request stays pending.
+	meta, _ := a.store.ReadMetadata("csi-renew")
+	clk.SetTime(meta.NextIssuanceTime.Add(time.Second))
+	var pending string
+	poll(t, "the renewal's request", func() bool {
+		reqs := requestsIn(t, cm, ns)
+		if len(reqs) == 1 && reqs[0].Name != first {
+			pending = reqs[0].Name
+		}
+		return pending != ""
+	})
+	keyFile := filepath.Join(base, "inmemfs", "csi-renew", "pending-key.pem")
+	poll(t, "the pending key file", func() bool { _, err := os.Stat(keyFile); return err == nil })
+	if strings.HasPrefix(keyFile, a.fs.PathForVolume("csi-renew")) {
+		t.Fatal("the pending key is under the bind-mounted data directory")
+	}
+	a.stop()
+
+	// Restart on the same directory; then the signer comes back.
+	b := startNode(t, nodeConfig{baseDir: base, managerOpts: onClock})
+	if res := b.fs.StartupSweep(); res.Kept != 1 {
+		t.Fatalf("start-up sweep = %+v, want the mounted volume kept", res)
+	}
+	runSigner(t, ns, newCA(t))
+	// Certificates have one-second precision, so the renewal is recognised by its bytes: the
+	// volume ends up with the resumed request's certificate.
+	poll(t, "the resumed renewal to be written", func() bool {
+		reqs := requestsIn(t, cm, ns)
+		if len(reqs) != 1 || len(reqs[0].Status.Certificate) == 0 {
+			return false
+		}
+		chain, _ := b.fs.ReadFile("csi-renew", "tls.crt")
+		return bytes.Equal(chain, reqs[0].Status.Certificate)
+	})
+	if reqs := requestsIn(t, cm, ns); len(reqs) != 1 || reqs[0].Name != pending {
+		t.Fatalf("after the restart: %d requests, want only the resumed %q", len(reqs), pending)
+	}
+	if _, err := os.Stat(keyFile); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the pending key file outlived the issuance: %v", err)
 	}
 }

@@ -199,8 +199,12 @@ func TestTokenRequestClient(t *testing.T) {
 	grantCertificateRequests(t, ns, "pod-sa-create", rbacv1.Subject{Kind: "ServiceAccount", Name: "pod-sa", Namespace: ns}, "create")
 	waitAllowedToCreate(t, "system:serviceaccount:"+ns+":pod-sa", ns)
 
+	// An in-cluster driver's configuration: the server and its CA, no client certificate. (As
+	// upstream, the pod's client keeps a client certificate of the configuration, and the
+	// apiserver authenticates a client certificate before a bearer token.)
+	inCluster := &rest.Config{Host: restConfig.Host, TLSClientConfig: rest.TLSClientConfig{CAData: restConfig.CAData}}
 	n := startNode(t, nodeConfig{baseDir: t.TempDir(), managerOpts: func(o *manager.Options) {
-		o.ClientForMetadata = managerutil.ClientForMetadataTokenRequestEmptyAud(restConfig)
+		o.ClientForMetadata = managerutil.ClientForMetadataTokenRequestEmptyAud(inCluster)
 	}})
 	for _, tc := range []struct {
 		name, volume, tokens, want string
