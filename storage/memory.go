@@ -2,7 +2,6 @@ package storage
 
 import (
 	"encoding/json"
-	"maps"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -44,6 +43,35 @@ var (
 	_ PendingKeyStore = &MemoryFS{}
 )
 
+// update runs f on an existing volume under the write lock: ErrInvalidVolumeID for a hostile
+// ID, ErrNotFound for an unknown volume.
+func (m *MemoryFS) update(volumeID string, f func(v *memVolume) error) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.volumes[volumeID]
+	if !ok {
+		return ErrNotFound
+	}
+	return f(v)
+}
+
+// view runs f on an existing volume under the read lock, with update's errors.
+func (m *MemoryFS) view(volumeID string, f func(v *memVolume) error) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	v, ok := m.volumes[volumeID]
+	if !ok {
+		return ErrNotFound
+	}
+	return f(v)
+}
+
 // NewMemoryFS returns an empty in-memory store.
 func NewMemoryFS() *MemoryFS {
 	return &MemoryFS{volumes: make(map[string]*memVolume)}
@@ -83,55 +111,36 @@ func (m *MemoryFS) ListVolumes() ([]string, error) {
 // ReadMetadata decodes the volume's "metadata.json" entry: ErrNotFound when the volume or the
 // entry is missing, ErrInvalidJSON when it does not decode. Mounted comes from the volume's flag.
 func (m *MemoryFS) ReadMetadata(volumeID string) (metadata.Metadata, error) {
-	if err := ValidateVolumeID(volumeID); err != nil {
+	var meta metadata.Metadata
+	err := m.view(volumeID, func(v *memVolume) error {
+		raw, ok := v.files[metadataFileName]
+		if !ok {
+			return ErrNotFound
+		}
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return ErrInvalidJSON
+		}
+		meta.Mounted = v.mounted
+		return nil
+	})
+	if err != nil {
 		return metadata.Metadata{}, err
 	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	v, ok := m.volumes[volumeID]
-	if !ok {
-		return metadata.Metadata{}, ErrNotFound
-	}
-	raw, ok := v.files[metadataFileName]
-	if !ok {
-		return metadata.Metadata{}, ErrNotFound
-	}
-	var meta metadata.Metadata
-	if err := json.Unmarshal(raw, &meta); err != nil {
-		return metadata.Metadata{}, ErrInvalidJSON
-	}
-	meta.Mounted = v.mounted
 	return meta, nil
 }
 
 // WriteMetadata replaces the metadata of an existing volume (ErrNotFound otherwise). The stored
 // bytes are upstream's; a Mounted true sets the volume's flag, a false never clears it.
 func (m *MemoryFS) WriteMetadata(volumeID string, meta metadata.Metadata) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.volumes[volumeID]
-	if !ok {
-		return ErrNotFound
-	}
-	return v.setMetadata(meta)
+	return m.update(volumeID, func(v *memVolume) error { return v.setMetadata(meta) })
 }
 
 // SetMounted records that the volume's publish succeeded.
 func (m *MemoryFS) SetMounted(volumeID string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.volumes[volumeID]
-	if !ok {
-		return ErrNotFound
-	}
-	v.mounted = true
-	return nil
+	return m.update(volumeID, func(v *memVolume) error {
+		v.mounted = true
+		return nil
+	})
 }
 
 // RegisterMetadata creates the volume if missing and reports true. For an existing volume whose
@@ -208,41 +217,29 @@ func (m *MemoryFS) ValidateMetadata(meta metadata.Metadata) error {
 // names not in files stay, and a file named "metadata.json" replaces the metadata bytes. Any
 // name is accepted and no fsGroup is checked, as upstream's fake does.
 func (m *MemoryFS) WriteFiles(meta metadata.Metadata, files map[string][]byte) error {
-	if err := ValidateVolumeID(meta.VolumeID); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.volumes[meta.VolumeID]
-	if !ok {
-		return ErrNotFound
-	}
-	if v.files == nil {
-		v.files = make(map[string][]byte)
-	}
-	for name, content := range files {
-		v.files[name] = append([]byte(nil), content...)
-	}
-	return nil
+	return m.update(meta.VolumeID, func(v *memVolume) error {
+		if v.files == nil {
+			v.files = make(map[string][]byte)
+		}
+		for name, content := range files {
+			v.files[name] = append([]byte(nil), content...)
+		}
+		return nil
+	})
 }
 
 // ReadFiles returns a copy of the volume's map: every data file and "metadata.json".
 func (m *MemoryFS) ReadFiles(volumeID string) (map[string][]byte, error) {
-	if err := ValidateVolumeID(volumeID); err != nil {
+	var out map[string][]byte
+	err := m.view(volumeID, func(v *memVolume) error {
+		out = make(map[string][]byte, len(v.files))
+		for name, content := range v.files {
+			out[name] = append([]byte(nil), content...)
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
-	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	v, ok := m.volumes[volumeID]
-	if !ok {
-		return nil, ErrNotFound
-	}
-	out := maps.Clone(v.files)
-	if out == nil {
-		out = map[string][]byte{}
-	}
-	for name, content := range out {
-		out[name] = append([]byte(nil), content...)
 	}
 	return out, nil
 }
@@ -250,20 +247,16 @@ func (m *MemoryFS) ReadFiles(volumeID string) (map[string][]byte, error) {
 // ReadFile returns what ReadFiles would hold for name ("metadata.json" included); ErrNotFound
 // for an unknown volume or name.
 func (m *MemoryFS) ReadFile(volumeID, name string) ([]byte, error) {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return nil, err
-	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	v, ok := m.volumes[volumeID]
-	if !ok {
-		return nil, ErrNotFound
-	}
-	b, ok := v.files[name]
-	if !ok {
-		return nil, ErrNotFound
-	}
-	return append([]byte(nil), b...), nil
+	var out []byte
+	err := m.view(volumeID, func(v *memVolume) error {
+		b, ok := v.files[name]
+		if !ok {
+			return ErrNotFound
+		}
+		out = append([]byte(nil), b...)
+		return nil
+	})
+	return out, err
 }
 
 // Sweep applies the start-up sweep to the in-memory volumes (see Filesystem.Sweep), using
@@ -279,31 +272,23 @@ func (m *MemoryFS) Sweep(log logr.Logger) SweepResult {
 
 // WritePendingKey replaces the volume's pending key (kept beside its files, not among them).
 func (m *MemoryFS) WritePendingKey(volumeID string, data []byte) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.volumes[volumeID]
-	if !ok {
-		return ErrNotFound
-	}
-	v.pendingKey = append([]byte(nil), data...)
-	return nil
+	return m.update(volumeID, func(v *memVolume) error {
+		v.pendingKey = append([]byte(nil), data...)
+		return nil
+	})
 }
 
 // ReadPendingKey returns the volume's pending key; ErrNotFound if there is none.
 func (m *MemoryFS) ReadPendingKey(volumeID string) ([]byte, error) {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return nil, err
-	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	v, ok := m.volumes[volumeID]
-	if !ok || v.pendingKey == nil {
-		return nil, ErrNotFound
-	}
-	return append([]byte(nil), v.pendingKey...), nil
+	var out []byte
+	err := m.view(volumeID, func(v *memVolume) error {
+		if v.pendingKey == nil {
+			return ErrNotFound
+		}
+		out = append([]byte(nil), v.pendingKey...)
+		return nil
+	})
+	return out, err
 }
 
 // RemovePendingKey removes the volume's pending key; removing none succeeds.
