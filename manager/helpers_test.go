@@ -186,8 +186,9 @@ func (e *env) register(id string, mounted bool) metadata.Metadata {
 		VolumeID:   id,
 		TargetPath: "/target/" + id,
 		VolumeContext: map[string]string{
-			"csi.storage.k8s.io/pod.name": "pod-" + id,
-			"csi.storage.k8s.io/pod.uid":  "uid-" + id,
+			"csi.storage.k8s.io/pod.name":      "pod-" + id,
+			"csi.storage.k8s.io/pod.namespace": "ns",
+			"csi.storage.k8s.io/pod.uid":       "uid-" + id,
 		},
 	}
 	if _, err := e.store.RegisterMetadata(meta); err != nil {

@@ -237,6 +237,7 @@ func (m *Manager) waitAndWrite(ctx context.Context, a *attempt, meta metadata.Me
 	if firstCertificate {
 		m.opts.Metrics.ObservePublishToFirstCertificate(m.nodeNameHash, m.clock.Since(v.managedAt))
 	}
+	m.certificateWritten(v, namespace, name, req.Status.Certificate, firstCertificate)
 	return nil
 }
 

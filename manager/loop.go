@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -67,9 +68,11 @@ func (m *Manager) run(v *volume, tr *tracked, known *metadata.Metadata) {
 			delay = gate.Step()
 			renewal = *m.opts.RenewalBackoffConfig
 			kind, gatePending = waitGatePending, true
+			m.gatePending(v, gateReason(outcome))
 		default:
 			delay = renewal.Step()
 			gate = *m.opts.GateBackoffConfig
+			m.attemptFailed(v, outcome, m.describeDelay(delay))
 		}
 		m.logFor(v).V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", gatePending)
 		if !m.sleep(v, tr, delay, kind) {
@@ -102,6 +105,9 @@ func (m *Manager) untilDue(v *volume, known *metadata.Metadata) (time.Duration, 
 		m.noteMetadata(v, meta)
 	}
 	now := m.clock.Now()
+	if hasCertificate(meta) {
+		m.watchCertificate(v, *meta.NextIssuanceTime)
+	}
 	if hasCertificate(meta) && meta.NextIssuanceTime.After(now) {
 		return meta.NextIssuanceTime.Sub(now), nil
 	}
@@ -209,7 +215,23 @@ func (m *Manager) attemptNow(ctx context.Context, v *volume) error {
 	stop()
 	cancel(nil)
 	m.recordOutcome(v, err, true)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotReadyToRequest):
+		m.gatePending(v, gateReason(err))
+	case v.ctx.Err() == nil:
+		m.attemptFailed(v, err, "")
+	}
 	return err
+}
+
+// gateReason is the reason the readiness gate gave, from an error matching ErrNotReadyToRequest.
+func gateReason(err error) string {
+	var nr *NotReadyToRequestError
+	if errors.As(err, &nr) {
+		return nr.Reason
+	}
+	return err.Error()
 }
 
 // attemptInLoop is a background attempt: it ends when the volume is unmanaged, the manager
@@ -266,23 +288,38 @@ func (m *Manager) recordOutcome(v *volume, err error, immediate bool) {
 // fake clock shows no stray waiter once the attempt is over.
 func (m *Manager) attemptContext(v *volume) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(v.ctx)
-	var stopTimer func() bool
-	if dc, ok := m.clock.(clock.WithDelayedExecution); ok {
-		// No goroutine per attempt: the clock calls back when the deadline passes.
-		stopTimer = dc.AfterFunc(issueTimeout, func() { cancel(errAttemptTimeout) }).Stop
-	} else {
-		t := m.clock.NewTimer(issueTimeout)
-		stopTimer = t.Stop
-		go func() {
-			select {
-			case <-t.C():
-				cancel(errAttemptTimeout)
-			case <-ctx.Done():
-			}
-		}()
-	}
+	stopTimer := m.afterFunc(issueTimeout, func() { cancel(errAttemptTimeout) })
 	return ctx, func() {
 		stopTimer()
 		cancel(nil)
+	}
+}
+
+// afterFunc calls f once d has passed on the injected clock, unless the returned stop is called
+// first (stop reports whether it prevented the call). With a clock that offers AfterFunc no
+// goroutine waits; otherwise one does, and stop ends it.
+func (m *Manager) afterFunc(d time.Duration, f func()) (stop func() bool) {
+	if d <= 0 {
+		// Already due: a fake clock that is never stepped would not fire it.
+		go f()
+		return func() bool { return false }
+	}
+	if dc, ok := m.clock.(clock.WithDelayedExecution); ok {
+		return dc.AfterFunc(d, f).Stop
+	}
+	t := m.clock.NewTimer(d)
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		select {
+		case <-t.C():
+			f()
+		case <-done:
+		}
+	}()
+	return func() bool {
+		stopped := t.Stop()
+		once.Do(func() { close(done) })
+		return stopped
 	}
 }

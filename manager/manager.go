@@ -12,6 +12,7 @@ import (
 	cmlisters "github.com/cert-manager/cert-manager/pkg/client/listers/certmanager/v1"
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -73,6 +74,8 @@ type Manager struct {
 	keyFileMu sync.Mutex
 	// watchers are notified when the informer sees a change to a request, by request key.
 	watchers map[string]map[chan struct{}]struct{}
+	// stateCounts counts the managed volumes by state (see volumeStatus).
+	stateCounts map[string]int
 }
 
 type pendingKey struct {
@@ -105,8 +108,11 @@ type volume struct {
 
 	// Guarded by Manager.mu.
 	podUID      types.UID
+	pod         *corev1.ObjectReference // for events; nil without pod name, namespace and UID
 	log         logr.Logger
 	loopStarted bool
+	status      volumeStatus
+	watch       certificateWatch
 }
 
 // NewManager validates opts, starts the informer on the node's CertificateRequests, waits for
@@ -132,6 +138,7 @@ func NewManager(opts Options) (*Manager, error) {
 		pendingKeys:  make(map[string]pendingKey),
 		created:      make(map[string]uint64),
 		watchers:     make(map[string]map[chan struct{}]struct{}),
+		stateCounts:  make(map[string]int),
 	}
 
 	selector := labels.SelectorFromSet(labels.Set{api.NodeIDHashLabelKey: nodeHash}).String()
@@ -159,6 +166,9 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 
 	m.resumeMountedVolumes()
+	m.mu.Lock()
+	m.publishStatesLocked() // every state, zeros included, from the start
+	m.mu.Unlock()
 	return m, nil
 }
 
@@ -223,16 +233,27 @@ func (m *Manager) register(id string) *volume {
 		attempt:   make(chan struct{}, 1),
 	}
 	m.volumes[id] = v
+	m.stateCounts[v.status.state()]++
+	m.publishStatesLocked()
 	return v
 }
 
 // noteMetadata records what the manager learns from a volume's metadata: its pod (for
-// RequeuePod and the log).
+// RequeuePod, events and the log) and whether it has a certificate (for its state).
 func (m *Manager) noteMetadata(v *volume, meta metadata.Metadata) {
 	uid := types.UID(meta.VolumeContext[podUIDKey])
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.volumes[v.id] != v || uid == v.podUID {
+	if m.volumes[v.id] != v {
+		return
+	}
+	if hasCertificate(meta) && !v.status.hasCertificate {
+		m.updateStatusLocked(v, func(s *volumeStatus) { s.hasCertificate = true })
+	}
+	if v.pod == nil {
+		v.pod = podReference(meta)
+	}
+	if uid == v.podUID {
 		return
 	}
 	m.dropPodIndex(v)
@@ -347,12 +368,16 @@ func (m *Manager) UnmanageVolume(volumeID string) {
 	}
 }
 
-// unregisterLocked removes v from the managed set; m.mu is held.
+// unregisterLocked removes v from the managed set, its state count and its certificate
+// timers; m.mu is held.
 func (m *Manager) unregisterLocked(v *volume) {
 	if m.volumes[v.id] == v {
 		delete(m.volumes, v.id)
+		m.stateCounts[v.status.state()]--
+		m.publishStatesLocked()
 	}
 	m.dropPodIndex(v)
+	m.stopWatchLocked(v)
 }
 
 // cancelAndFence cancels v and waits for a WriteKeypair in flight; after it nothing writes for v.
@@ -447,6 +472,7 @@ func (m *Manager) Stop() {
 		vols := make([]*volume, 0, len(m.volumes))
 		for _, v := range m.volumes {
 			vols = append(vols, v)
+			m.stopWatchLocked(v)
 		}
 		m.mu.Unlock()
 		m.cancel()

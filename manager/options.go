@@ -12,6 +12,7 @@ import (
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/metadata"
@@ -115,6 +116,13 @@ type Options struct {
 	// read and one ReadyToRequest call, no request to the apiserver). Default (zero): 1 s.
 	// Negative: never poll; only the backoff and Requeue end a gate wait.
 	GatePollInterval time.Duration
+
+	// EventRecorder records Kubernetes Events on each volume's Pod (named by the volume context's
+	// pod name, namespace and UID; none when they are missing): see the EventReason constants.
+	// Build it with client-go's tools/record (its aggregation and spam filtering apply); the
+	// driver needs RBAC to create and patch events in the pods' namespaces. Default (nil): no
+	// events.
+	EventRecorder record.EventRecorder
 }
 
 // DefaultGatePollInterval is the default GatePollInterval.

@@ -17,6 +17,7 @@ package metrics
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -34,6 +35,7 @@ const subsystem = "csi"
 
 // Metrics holds the library's metrics on one registry.
 type Metrics struct {
+	mu       sync.Mutex
 	log      logr.Logger
 	registry *prometheus.Registry
 
@@ -41,7 +43,24 @@ type Metrics struct {
 	issueErrorCountTotal      *prometheus.CounterVec
 	gatePendingCountTotal     *prometheus.CounterVec
 	publishToFirstCertificate *prometheus.HistogramVec
+
+	// volumeStates is registered only by EnableVolumeStateGauge.
+	volumeStatesOnce sync.Once
+	volumeStates     *prometheus.GaugeVec
 }
+
+// VolumeStates are the states certmanager_csi_volumes counts, in the order they are printed.
+// Every managed volume is in exactly one:
+//   - issued: it has a certificate that is not yet overdue for renewal, and nothing is failing;
+//   - pending: it has no certificate yet, and its attempts have not failed (first issuance in
+//     progress, or waiting for a ContinueOnNotReady loop);
+//   - gate_pending: the driver's readiness gate said "not yet" at the last attempt;
+//   - failing: the last attempt failed with an issuance error (denied, failed, refused, timed
+//     out), whether or not the volume still has a valid certificate;
+//   - overdue: its certificate is past its renewal time by more than the overdue margin and has
+//     not been renewed;
+//   - expired: its certificate is past its NotAfter.
+var VolumeStates = []string{"issued", "pending", "gate_pending", "failing", "overdue", "expired"}
 
 // New registers the library's metrics on registry (a new one if nil) and returns them.
 // metadataReader and certificateRequestLister feed the CertificateRequestCollector; the lister
@@ -83,6 +102,53 @@ func New(nodeId string, logger *logr.Logger, registry *prometheus.Registry, meta
 		NewCertificateRequestCollector(util.HashIdentifier(nodeId), metadataReader, certificateRequestLister),
 	)
 	return m
+}
+
+// EnableVolumeStateGauge registers certmanager_csi_volumes{node, state}: the number of managed
+// volumes in each of VolumeStates (one series per state, so cardinality is bounded whatever the
+// number of volumes). It is opt-in, so a driver that does not call it scrapes exactly as
+// upstream. Calling it more than once is harmless.
+func (m *Metrics) EnableVolumeStateGauge() {
+	if m == nil {
+		return
+	}
+	m.volumeStatesOnce.Do(func() {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "volumes",
+			Help: "The number of managed volumes in each state: issued, pending, gate_pending, failing, overdue, expired.",
+		}, []string{"node", "state"})
+		m.registry.MustRegister(g)
+		m.mu.Lock()
+		m.volumeStates = g
+		m.mu.Unlock()
+	})
+}
+
+// VolumeStateGaugeEnabled reports whether EnableVolumeStateGauge was called.
+func (m *Metrics) VolumeStateGaugeEnabled() bool {
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.volumeStates != nil
+}
+
+// SetVolumeStates sets certmanager_csi_volumes for the node: every state of VolumeStates, zero
+// where counts has none. It does nothing unless EnableVolumeStateGauge was called.
+func (m *Metrics) SetVolumeStates(nodeNameHash string, counts map[string]int) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	g := m.volumeStates
+	m.mu.Unlock()
+	if g == nil {
+		return
+	}
+	for _, state := range VolumeStates {
+		g.WithLabelValues(nodeNameHash, state).Set(float64(counts[state]))
+	}
 }
 
 // DefaultHandler serves the registry in the Prometheus text format at /metrics.

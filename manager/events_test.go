@@ -1,0 +1,284 @@
+package manager
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+// refRecorder is client-go's fake recorder that also keeps the objects events are about.
+type refRecorder struct {
+	*record.FakeRecorder
+	mu   sync.Mutex
+	refs []*corev1.ObjectReference
+}
+
+func (r *refRecorder) Eventf(obj runtime.Object, eventType, reason, format string, args ...any) {
+	if ref, ok := obj.(*corev1.ObjectReference); ok {
+		r.mu.Lock()
+		r.refs = append(r.refs, ref)
+		r.mu.Unlock()
+	}
+	r.FakeRecorder.Eventf(obj, eventType, reason, format, args...)
+}
+
+// eventEnv is a manager with a fake event recorder and the volume-state gauge on.
+func eventEnv(t *testing.T) (*env, *refRecorder) {
+	rec := &refRecorder{FakeRecorder: record.NewFakeRecorder(1000)}
+	e := newEnv(t, func(o *Options) {
+		o.EventRecorder = rec
+		o.Metrics.EnableVolumeStateGauge()
+	})
+	return e, rec
+}
+
+// nextEvent waits (bounded) for the next event with the given reason, skipping others, and
+// returns it.
+func nextEvent(t *testing.T, rec *refRecorder, reason string) string {
+	t.Helper()
+	timeout := time.After(pollTimeout)
+	for {
+		select {
+		case ev := <-rec.Events:
+			if strings.Contains(ev, " "+reason+" ") {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %s event", reason)
+		}
+	}
+}
+
+// drain returns the events recorded so far.
+func drain(rec *refRecorder) []string {
+	var out []string
+	for {
+		select {
+		case ev := <-rec.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+func count(events []string, reason string) int {
+	n := 0
+	for _, ev := range events {
+		if strings.Contains(ev, " "+reason+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *env) states() map[string]float64 {
+	out := map[string]float64{}
+	families, _ := e.registry.Gather()
+	for _, f := range families {
+		if f.GetName() == "certmanager_csi_volumes" {
+			for _, m := range f.GetMetric() {
+				out[labelValue(m, "state")] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// TestEventsThroughAVolumesLife: issued, renewal failing through a long outage (one event per
+// backoff step), overdue and expired exactly when due, renewed; and the state gauge with it.
+func TestEventsThroughAVolumesLife(t *testing.T) {
+	e, rec := eventEnv(t)
+	e.register("v1", false)
+	m := e.start()
+	if got := e.states(); got["pending"] != 0 || len(got) != 6 {
+		t.Fatalf("states at start = %v; want all six states, zero", got)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
+	req := e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	issued := nextEvent(t, rec, EventReasonCertificateIssued)
+	for _, want := range []string{"Normal CertificateIssued", "CertificateRequest ns/" + req.Name, "after publish", "valid until"} {
+		if !strings.Contains(issued, want) {
+			t.Errorf("Issued event %q lacks %q", issued, want)
+		}
+	}
+	rec.mu.Lock()
+	ref := *rec.refs[0]
+	rec.mu.Unlock()
+	if ref.Kind != "Pod" || ref.APIVersion != "v1" || ref.Name != "pod-v1" || ref.Namespace != "ns" || ref.UID != "uid-v1" {
+		t.Errorf("event about %+v, want the volume's Pod", ref)
+	}
+	if got := e.states(); got["issued"] != 1 || got["pending"] != 0 {
+		t.Fatalf("states after issuance = %v", got)
+	}
+
+	// The certificate is valid from now for 1 h: renewal at 40 min, overdue at 45 min, expiry
+	// at 60 min. Renewal fails from the start.
+	t0 := e.clock.Now()
+	e.failKeygen.Store(true)
+	e.awaitTimer(40 * time.Minute)
+	// The loop's wait until due, and the overdue and expiry timers.
+	e.poll("the loop to wait until due", func() bool { return e.clock.Waiters() == 3 })
+	e.clock.SetTime(t0.Add(40 * time.Minute))
+	failed := nextEvent(t, rec, EventReasonCertificateRequestFailed)
+	if !strings.Contains(failed, "Warning CertificateRequestFailed") || !strings.Contains(failed, "keygen broken") || !strings.Contains(failed, "next attempt in 30s") {
+		t.Fatalf("failed event = %q", failed)
+	}
+	e.poll("the failing state", func() bool { return e.states()["failing"] == 1 })
+	// A long outage: one event per attempt, so per backoff step (30 s, 60 s, 2 min), and none
+	// in between.
+	for _, step := range []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute} {
+		e.awaitTimer(step)
+		// The backoff, the overdue and the expiry timers.
+		e.poll("the backoff timer to be registered", func() bool { return e.clock.Waiters() == 3 })
+		e.clock.Step(step - time.Millisecond)
+		if n := count(drain(rec), EventReasonCertificateRequestFailed); n != 0 {
+			t.Fatalf("%d failure events before the backoff step ended", n)
+		}
+		e.clock.Step(time.Millisecond)
+		nextEvent(t, rec, EventReasonCertificateRequestFailed)
+	}
+
+	// Overdue exactly at 45 min, expired exactly at 60 min.
+	e.clock.SetTime(t0.Add(45*time.Minute - time.Millisecond))
+	if e.states()["overdue"] != 0 {
+		t.Fatal("overdue before its time")
+	}
+	e.clock.SetTime(t0.Add(45 * time.Minute))
+	overdue := nextEvent(t, rec, EventReasonCertificateRenewalOverdue)
+	if !strings.HasPrefix(overdue, "Warning CertificateRenewalOverdue") {
+		t.Fatalf("overdue event = %q", overdue)
+	}
+	e.poll("the overdue state", func() bool { return e.states()["overdue"] == 1 })
+	e.clock.SetTime(t0.Add(time.Hour - time.Millisecond))
+	if e.states()["expired"] != 0 {
+		t.Fatal("expired before NotAfter")
+	}
+	e.clock.SetTime(t0.Add(time.Hour))
+	nextEvent(t, rec, EventReasonCertificateExpired)
+	e.poll("the expired state", func() bool { return e.states()["expired"] == 1 && e.states()["overdue"] == 0 })
+
+	// The signer and keygen recover: renewed, issued again.
+	e.failKeygen.Store(false)
+	// Wherever the loop is in its backoff, stepping the clock (in steps well inside an
+	// attempt's 60 s deadline) brings the next attempt; stop once it waits on its request.
+	e.poll("a renewal attempt waiting on its request", func() bool {
+		m.mu.Lock()
+		waiting := len(m.watchers) == 1
+		m.mu.Unlock()
+		if !waiting {
+			e.clock.Step(10 * time.Second)
+		}
+		return waiting
+	})
+	e.issuePending()
+	renewed := nextEvent(t, rec, EventReasonCertificateRenewed)
+	if !strings.Contains(renewed, "valid until") {
+		t.Fatalf("renewed event = %q", renewed)
+	}
+	e.poll("the issued state", func() bool { s := e.states(); return s["issued"] == 1 && s["expired"] == 0 })
+
+	// Unmanaged: counted nowhere.
+	m.UnmanageVolume("v1")
+	for state, n := range e.states() {
+		if n != 0 {
+			t.Errorf("after unmanage, %s = %v", state, n)
+		}
+	}
+}
+
+// TestReadinessGatePendingEventAfterThreshold: the gate saying "not yet" produces one event
+// once it has said so for GatePendingEventAfter, not one per check.
+func TestReadinessGatePendingEventAfterThreshold(t *testing.T) {
+	e, rec := eventEnv(t)
+	e.gateOpen.Store(false)
+	e.register("v1", true)
+	e.start()
+	// Attempts at 0, 1, 3, 7 and 15 s (gate backoff 1 s ×2): the one at 15 s is past 10 s.
+	var events []string
+	for _, at := range []time.Duration{time.Second, 3 * time.Second, 7 * time.Second, 15 * time.Second, 25 * time.Second, 35 * time.Second} {
+		e.poll("the gate wait", func() bool { return e.gateCalls.Load() > 0 && e.clock.Waiters() >= 1 })
+		before := e.gateCalls.Load()
+		e.clock.SetTime(start.Add(at))
+		e.poll("the next gate check", func() bool { return e.gateCalls.Load() > before })
+		e.poll("the state", func() bool { return e.states()["gate_pending"] == 1 })
+		got := drain(rec)
+		if at < 15*time.Second && count(got, EventReasonReadinessGatePending) != 0 {
+			t.Fatalf("gate event before the threshold (at %v)", at)
+		}
+		events = append(events, got...)
+	}
+	if n := count(events, EventReasonReadinessGatePending); n != 1 {
+		t.Fatalf("%d ReadinessGatePending events, want 1: %v", n, events)
+	}
+	for _, ev := range events {
+		if strings.Contains(ev, EventReasonReadinessGatePending) && !strings.Contains(ev, "pod has no IP yet") {
+			t.Fatalf("gate event without the gate's reason: %q", ev)
+		}
+	}
+	if n := count(events, EventReasonCertificateRequestFailed); n != 0 {
+		t.Fatal("a closed gate produced failure events")
+	}
+}
+
+// TestNoEventsWithoutPodOrRecorder: a volume whose context does not name its pod gets no event;
+// a manager without a recorder records nothing, arms no certificate timers and registers no
+// state gauge.
+func TestNoEventsWithoutPodOrRecorder(t *testing.T) {
+	e, rec := eventEnv(t)
+	if _, err := e.store.RegisterMetadata(metadata.Metadata{VolumeID: "anon", VolumeContext: map[string]string{"csi.storage.k8s.io/pod.name": "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	m := e.start()
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "anon"); done <- err }()
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(rec); len(got) != 0 {
+		t.Fatalf("events for a volume without pod information: %v", got)
+	}
+
+	plain := newEnv(t, nil)
+	plain.register("v1", false)
+	pm := plain.start()
+	go func() { _, err := pm.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
+	plain.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := testutil.GatherAndCount(plain.registry, "certmanager_csi_volumes"); n != 0 {
+		t.Fatalf("the state gauge appeared without EnableVolumeStateGauge (%d series)", n)
+	}
+	pm.mu.Lock()
+	armed := len(pm.volumes["v1"].watch.stops)
+	pm.mu.Unlock()
+	if armed != 0 {
+		t.Fatalf("%d certificate timers armed with nobody listening", armed)
+	}
+}
+
+// awaitTimer waits until the manager has created a timer of exactly d (skipping others, such as
+// attempt deadlines and certificate watches).
+func (e *env) awaitTimer(d time.Duration) {
+	e.t.Helper()
+	for {
+		if got := e.nextTimer(); got == d {
+			return
+		}
+	}
+}
