@@ -211,16 +211,22 @@ func (m *Manager) watchCertificate(v *volume, renewAt time.Time) {
 		return
 	}
 	m.mu.Lock()
+	notAfter := v.watch.notAfter
+	m.mu.Unlock()
+	if notAfter.IsZero() {
+		// Outside m.mu: reading the cache takes it.
+		if notAfter = m.cachedNotAfter(v.id); notAfter.IsZero() {
+			return
+		}
+	}
+	m.mu.Lock()
 	defer m.mu.Unlock()
 	w := &v.watch
 	if m.volumes[v.id] != v || (w.renewAt.Equal(renewAt) && len(w.stops) > 0) {
 		return
 	}
 	if w.notAfter.IsZero() {
-		w.notAfter = m.cachedNotAfter(v.id)
-		if w.notAfter.IsZero() {
-			return
-		}
+		w.notAfter = notAfter
 	}
 	m.stopWatchLocked(v)
 	w.renewAt = renewAt

@@ -282,3 +282,30 @@ func (e *env) awaitTimer(d time.Duration) {
 		}
 	}
 }
+
+// TestRestartedManagerWatchesTheCertificate: a manager that resumes a mounted volume learns its
+// certificate's expiry from the informer's cache and records CertificateExpired on time.
+func TestRestartedManagerWatchesTheCertificate(t *testing.T) {
+	e, rec := eventEnv(t)
+	e.register("v1", true)
+	a := e.start()
+	e.issuePending()
+	nextEvent(t, rec, EventReasonCertificateIssued)
+	t0 := e.clock.Now()
+	a.Stop()
+
+	b, err := NewManager(e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	e.poll("the resumed volume's certificate watch", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		v := b.volumes["v1"]
+		return v != nil && len(v.watch.stops) == 2
+	})
+	e.failKeygen.Store(true)
+	e.clock.SetTime(t0.Add(time.Hour))
+	nextEvent(t, rec, EventReasonCertificateExpired)
+}

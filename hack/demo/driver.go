@@ -22,8 +22,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/mount-utils"
 
 	"github.com/cert-manager/csi-lib/driver"
@@ -49,6 +52,7 @@ type exampleDriver struct {
 	registry *prometheus.Registry
 	pods     corev1listers.PodLister
 	metrics  *metrics.Metrics
+	events   record.EventBroadcaster
 	stopCh   chan struct{}
 	served   chan error
 }
@@ -64,6 +68,7 @@ type driverConfig struct {
 	plainDir     bool
 	requeuePod   bool          // call RequeuePod when a pod changes (the fork's fast path)
 	gateBackoff  *wait.Backoff // nil: the library default
+	gatePoll     time.Duration // 0: the library default; negative: no gate poll
 	issueBackoff *wait.Backoff // nil: the library default
 	wrapStore    func(*storage.Filesystem) storage.Interface
 	onWritten    func(meta metadata.Metadata, chain []byte)
@@ -106,7 +111,14 @@ func startDriver(cfg driverConfig) (*exampleDriver, error) {
 	crLister := crFactory.Certmanager().V1().CertificateRequests().Lister()
 	mlog := cfg.log.WithName("metrics")
 	met := metrics.New(cfg.nodeID, &mlog, ed.registry, store, crLister)
+	met.EnableVolumeStateGauge()
 	ed.metrics = met
+
+	// Events on the pods, through client-go's recorder (the driver's RBAC must allow creating
+	// and patching events in the pods' namespaces).
+	ed.events = record.NewBroadcaster()
+	ed.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.kube.CoreV1().Events("")})
+	recorder := ed.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "csi.example.com"})
 
 	log := cfg.log.WithName(cfg.name)
 	m, err := manager.NewManager(manager.Options{
@@ -136,8 +148,10 @@ func startDriver(cfg driverConfig) (*exampleDriver, error) {
 		}),
 		ReadyToRequest:       gate,
 		GateBackoffConfig:    cfg.gateBackoff,
+		GatePollInterval:     cfg.gatePoll,
 		RenewalBackoffConfig: cfg.issueBackoff,
 		Metrics:              met,
+		EventRecorder:        recorder,
 	})
 	if err != nil {
 		return nil, err
@@ -192,5 +206,6 @@ func (ed *exampleDriver) stop() {
 	ed.d.Stop()
 	<-ed.served
 	ed.m.Stop()
+	ed.events.Shutdown()
 	close(ed.stopCh)
 }

@@ -271,9 +271,10 @@ func (d *demo) driverConfig(name, nodeID, base string, requeue bool, gateBackoff
 		kube: d.kube, cm: d.cm, mounter: d.mounter, plainDir: d.plain, requeuePod: requeue,
 		gateBackoff: gateBackoff, issueBackoff: &issue, log: d.log, onWritten: d.onWritten,
 	}
-	if gateBackoff != nil { // the old behaviour: everything on the library's 30 s issuance backoff
+	if gateBackoff != nil { // the old behaviour: everything on the library's 30 s issuance backoff, no gate poll
 		def := manager.DefaultRenewalBackoff()
 		cfg.issueBackoff = &def
+		cfg.gatePoll = -1
 	}
 	return cfg
 }
@@ -668,13 +669,54 @@ func (d *demo) outage(drv *exampleDriver, metricsURL string) (string, error) {
 			if seen < 1 {
 				return "", fmt.Errorf("no failed attempt was recorded during the outage")
 			}
-			return fmt.Sprintf("%v failed attempts backed off (issue_errors_total), recovered %s after publish", seen, fmtDur(time.Since(began))), nil
+			if err := d.printPodEvents(ctx, "demo", "outage-0"); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%v failed attempts backed off (issue_errors_total), recovered %s after publish; the pod's events tell its owner", seen, fmtDur(time.Since(began))), nil
 		}
 		if time.Since(began) > d.o.outage+2*time.Minute {
 			return "", fmt.Errorf("no recovery after the outage")
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// printPodEvents prints the pod's events as kubectl describe pod lists them, once the events of
+// the outage (failures, then the certificate) have reached the apiserver; it fails if they do
+// not within 20 s.
+func (d *demo) printPodEvents(ctx context.Context, ns, pod string) error {
+	var events []corev1.Event
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		list, err := d.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + pod})
+		if err != nil {
+			return err
+		}
+		events = list.Items
+		reasons := map[string]bool{}
+		for _, ev := range events {
+			reasons[ev.Reason] = true
+		}
+		if reasons[manager.EventReasonCertificateRequestFailed] && reasons[manager.EventReasonCertificateIssued] {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the pod's events did not show the outage and the recovery: %v", reasons)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	sort.Slice(events, func(i, j int) bool { return events[i].FirstTimestamp.Before(&events[j].FirstTimestamp) })
+	fmt.Fprintf(d.out, "   kubectl describe pod %s -n %s\n   Events:\n", pod, ns)
+	fmt.Fprintf(d.out, "     %-8s %-26s %-16s %-16s %s\n", "Type", "Reason", "Age", "From", "Message")
+	fmt.Fprintf(d.out, "     %-8s %-26s %-16s %-16s %s\n", "----", "------", "----", "----", "-------")
+	for _, ev := range events {
+		age := time.Since(ev.LastTimestamp.Time).Round(time.Second).String()
+		if ev.Count > 1 {
+			age = fmt.Sprintf("%s (x%d over %s)", age, ev.Count, ev.LastTimestamp.Sub(ev.FirstTimestamp.Time).Round(time.Second))
+		}
+		fmt.Fprintf(d.out, "     %-8s %-26s %-16s %-16s %s\n", ev.Type, ev.Reason, age, ev.Source.Component, ev.Message)
+	}
+	return nil
 }
 
 func (d *demo) unpublishAll(drv *exampleDriver, ns string) {
