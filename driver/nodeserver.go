@@ -181,7 +181,7 @@ func (ns *nodeServer) lockVolume(ctx context.Context, id string) (func(), error)
 
 // obtainCertificate issues the volume's certificate now if it is ready to request, as upstream:
 // ManageVolumeImmediate, whose definite failures reach kubelet as Unknown with the manager's
-// text. If the call's deadline passes first, DeadlineExceeded: the request stays pending and
+// text (a gate that closed between the check and the attempt too, whatever ContinueOnNotReady). If the call's deadline passes first, DeadlineExceeded: the request stays pending and
 // kubelet's retry resumes it. A volume not ready to request fails with upstream's Unknown
 // message, or, with ContinueOnNotReady, is handed to the background loop.
 func (ns *nodeServer) obtainCertificate(ctx context.Context, log logr.Logger, id string) error {
@@ -196,12 +196,6 @@ func (ns *nodeServer) obtainCertificate(ctx context.Context, log logr.Logger, id
 	_, err := ns.manager.ManageVolumeImmediate(ctx, id)
 	switch {
 	case err == nil:
-		return nil
-	case errors.Is(err, manager.ErrNotReadyToRequest) && ns.continueOnNotReady:
-		// The gate closed between the check and the attempt: the loop takes over.
-		log.Info("Volume became not ready to request; the background loop will issue it", "reason", err.Error())
-		ns.manager.UnmanageVolume(id)
-		ns.manager.ManageVolume(id)
 		return nil
 	case ctx.Err() != nil:
 		return status.Errorf(codes.DeadlineExceeded, "waiting for the certificate of volume %q: %v", id, err)
