@@ -249,31 +249,31 @@ func (m *Manager) stopWatchLocked(v *volume) {
 
 // certificateOverdue fires when a certificate is past its renewal time by the margin.
 func (m *Manager) certificateOverdue(v *volume, gen uint64, renewAt time.Time) {
-	m.mu.Lock()
-	if m.volumes[v.id] != v || v.watch.generation != gen || v.status.overdue {
-		m.mu.Unlock()
-		return
-	}
-	notAfter := v.watch.notAfter
-	m.updateStatusLocked(v, func(s *volumeStatus) { s.overdue = true })
-	m.mu.Unlock()
-	m.recordEvent(v, corev1.EventTypeWarning, EventReasonCertificateRenewalOverdue,
+	m.certificateDeadlinePassed(v, gen, func(s *volumeStatus) *bool { return &s.overdue },
+		EventReasonCertificateRenewalOverdue,
 		"Certificate renewal is overdue: it was due at %s and has not succeeded; the certificate expires at %s",
-		renewAt.UTC().Format(time.RFC3339), notAfter.UTC().Format(time.RFC3339))
+		renewAt.UTC().Format(time.RFC3339))
 }
 
 // certificateExpired fires when a certificate is past its NotAfter.
 func (m *Manager) certificateExpired(v *volume, gen uint64) {
+	m.certificateDeadlinePassed(v, gen, func(s *volumeStatus) *bool { return &s.expired },
+		EventReasonCertificateExpired, "The certificate in the volume expired at %s and has not been renewed")
+}
+
+// certificateDeadlinePassed sets the status flag that flag selects and records a Warning
+// event, whose format ends with the certificate's expiry; it does nothing if the volume is
+// gone, its certificate was replaced since the timer was armed (gen), or the flag is set.
+func (m *Manager) certificateDeadlinePassed(v *volume, gen uint64, flag func(*volumeStatus) *bool, reason, format string, args ...any) {
 	m.mu.Lock()
-	if m.volumes[v.id] != v || v.watch.generation != gen || v.status.expired {
+	if m.volumes[v.id] != v || v.watch.generation != gen || *flag(&v.status) {
 		m.mu.Unlock()
 		return
 	}
 	notAfter := v.watch.notAfter
-	m.updateStatusLocked(v, func(s *volumeStatus) { s.expired = true })
+	m.updateStatusLocked(v, func(s *volumeStatus) { *flag(s) = true })
 	m.mu.Unlock()
-	m.recordEvent(v, corev1.EventTypeWarning, EventReasonCertificateExpired,
-		"The certificate in the volume expired at %s and has not been renewed", notAfter.UTC().Format(time.RFC3339))
+	m.recordEvent(v, corev1.EventTypeWarning, reason, format, append(args, notAfter.UTC().Format(time.RFC3339))...)
 }
 
 // cachedNotAfter is the expiry of the newest certificate issued for the volume, from the
