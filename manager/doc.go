@@ -31,6 +31,14 @@
 // nothing writes for the volume. Stop waits for the Manager's own goroutines but never for a
 // driver-supplied function; a goroutine inside one exits, touching nothing, when it returns.
 //
+// With a store that implements storage.PendingKeyStore, the key of a pending request is also
+// persisted beside the volume's metadata, so a restarted manager resumes the request too.
+//
+// With Options.EventRecorder set, the Manager records Kubernetes Events on each volume's Pod:
+// certificate issued or renewed, an attempt failed (with the next attempt's time), the gate
+// pending too long, renewal overdue, certificate expired. Overdue and expired come from timers
+// on the injected clock, armed only when events or the state gauge are on.
+//
 // The Manager watches the node's CertificateRequests through one informer, selected by the
 // node-hash label and indexed by the volume-hash label; it never polls the apiserver.
 //

@@ -31,8 +31,13 @@
 // At start-up, before the driver serves, Sweep removes what a crash or a missed
 // NodeUnpublishVolume left behind: directories without metadata, and volumes whose publish
 // never succeeded (Mounted false), unmounting their target path first if a bind mount survived.
-// Metadata that cannot be decoded is logged and left alone. NewFilesystem sweeps once before it
-// returns.
+// Metadata that cannot be decoded is logged and left alone. In the volumes it keeps, the
+// Filesystem's sweep also removes what a crash left: temporary files of interrupted writes and
+// data generations that no "..data" points to. NewFilesystem sweeps once before it returns.
+//
+// Both stores implement PendingKeyStore: the private key of a volume's pending
+// CertificateRequest is kept beside its metadata (never in the bind-mounted data directory), so
+// a restarted manager resumes the request instead of creating another.
 //
 // They do not guarantee that a reader of the data files sees a consistent set unless it reads
 // through the "..data" directory (or the visible names, which are symlinks through it).
