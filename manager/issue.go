@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"time"
 
@@ -209,7 +210,7 @@ func (m *Manager) waitAndWrite(ctx context.Context, a *attempt, meta metadata.Me
 		}
 		return err
 	}
-	nit, err := defaultNextIssuanceTime(req.Status.Certificate)
+	nit, err := nextIssuanceTime(req.Status.Certificate, v.id, m.opts.RenewalJitter)
 	if err != nil {
 		m.dropKey(reqKey)
 		return fmt.Errorf("CertificateRequest %s/%s: %w", namespace, name, err)
@@ -345,15 +346,48 @@ func condition(req *cmapi.CertificateRequest, t cmapi.CertificateRequestConditio
 
 // defaultNextIssuanceTime is upstream's renewal point: NotAfter − (NotAfter − NotBefore)/3.
 func defaultNextIssuanceTime(chain []byte) (time.Time, error) {
+	cert, err := parseLeaf(chain)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return renewalPoint(cert), nil
+}
+
+func renewalPoint(cert *x509.Certificate) time.Time {
+	return cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore) / 3)
+}
+
+func parseLeaf(chain []byte) (*x509.Certificate, error) {
 	block, _ := pem.Decode(chain)
 	if block == nil {
-		return time.Time{}, errors.New("issued certificate is not PEM")
+		return nil, errors.New("issued certificate is not PEM")
 	}
 	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("parsing issued certificate: %w", err)
+		return nil, fmt.Errorf("parsing issued certificate: %w", err)
 	}
-	return cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore) / 3), nil
+	return cert, nil
+}
+
+// nextIssuanceTime is the default next issuance time of a volume's new certificate: upstream's
+// renewal point R, moved earlier by a deterministic draw from [0, jitter·(R − NotBefore)] when
+// jitter is set. The draw depends only on the volume ID and the certificate's serial number.
+func nextIssuanceTime(chain []byte, volumeID string, jitter float64) (time.Time, error) {
+	cert, err := parseLeaf(chain)
+	if err != nil {
+		return time.Time{}, err
+	}
+	r := renewalPoint(cert)
+	if jitter <= 0 {
+		return r, nil
+	}
+	h := fnv.New64a()
+	h.Write([]byte(volumeID))
+	h.Write([]byte{0})
+	h.Write(cert.SerialNumber.Bytes())
+	fraction := float64(h.Sum64()>>11) / (1 << 53) // uniform in [0, 1)
+	window := time.Duration(jitter * float64(r.Sub(cert.NotBefore)))
+	return r.Add(-time.Duration(fraction * float64(window))), nil
 }
 
 // requestsForVolume returns the volume's requests from the informer cache, oldest first by

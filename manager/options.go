@@ -123,6 +123,15 @@ type Options struct {
 	// driver needs RBAC to create and patch events in the pods' namespaces. Default (nil): no
 	// events.
 	EventRecorder record.EventRecorder
+
+	// RenewalJitter spreads renewals: with a value f in (0, 1), the default next issuance time
+	// is drawn from the window [R − f·(R − NotBefore), R], where R is upstream's renewal point
+	// (two thirds of the certificate's life). It is never after R, so a certificate never gets
+	// closer to expiry than upstream allows. The draw is a deterministic function of the volume
+	// ID and the certificate's serial number, so a restart does not re-roll it; it is visible in
+	// the metadata's NextIssuanceTime as usual. Default (zero): off, upstream's point exactly.
+	// Outside [0, 1) is an error.
+	RenewalJitter float64
 }
 
 // DefaultGatePollInterval is the default GatePollInterval.
@@ -155,6 +164,7 @@ func (o Options) complete() (Options, error) {
 		{o.WriteKeypair == nil, "WriteKeypair must be set"},
 		{o.MaxRequestsPerVolume < 0, "MaxRequestsPerVolume cannot be less than zero"},
 		{o.NodeID == "", "NodeID must be set"},
+		{o.RenewalJitter < 0 || o.RenewalJitter >= 1, "RenewalJitter must be at least 0 and less than 1"},
 	} {
 		if check.missing {
 			return o, errors.New(check.text)

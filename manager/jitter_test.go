@@ -1,0 +1,91 @@
+package manager
+
+import (
+	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cert-manager/csi-lib/internal/testkit"
+)
+
+func signedChain(t *testing.T, ca *testkit.CA, notBefore time.Time, life time.Duration) []byte {
+	t.Helper()
+	key, _ := testkit.NewKey()
+	csr, err := testkit.CSR(&x509.CertificateRequest{Subject: pkix.Name{CommonName: "x"}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := ca.Sign(csr, notBefore, life)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return chain
+}
+
+// TestRenewalJitterWindow: every draw lies in [R − f·(R − NotBefore), R], never after upstream's
+// point R; the draws spread over the window; the same volume and certificate always give the
+// same time (so a restarted manager computes what the first one did); zero is upstream's R.
+func TestRenewalJitterWindow(t *testing.T) {
+	ca, err := testkit.NewCA("ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const f = 0.3
+	life := time.Hour
+	lowest, highest := time.Duration(1<<62), time.Duration(0)
+	for i := 0; i < 200; i++ {
+		chain := signedChain(t, ca, start, life)
+		id := fmt.Sprintf("vol-%d", i)
+		r, _ := defaultNextIssuanceTime(chain)
+		got, err := nextIssuanceTime(chain, id, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		window := time.Duration(f * float64(r.Sub(start)))
+		if got.After(r) || got.Before(r.Add(-window)) {
+			t.Fatalf("draw %v outside [%v, %v]", got, r.Add(-window), r)
+		}
+		earlier := r.Sub(got)
+		lowest, highest = min(lowest, earlier), max(highest, earlier)
+		if again, _ := nextIssuanceTime(chain, id, f); !again.Equal(got) {
+			t.Fatalf("the draw for one volume and certificate changed: %v then %v", got, again)
+		}
+		if off, _ := nextIssuanceTime(chain, id, 0); !off.Equal(r) {
+			t.Fatalf("jitter 0 gave %v, want upstream's %v", off, r)
+		}
+	}
+	window := time.Duration(f * float64(40*time.Minute))
+	if lowest > window/10 || highest < window*9/10 {
+		t.Fatalf("200 draws span only %v..%v of a %v window", lowest, highest, window)
+	}
+}
+
+// TestRenewalJitterEndToEnd: the drawn time is what WriteKeypair persists, and NewManager
+// rejects values outside [0, 1).
+func TestRenewalJitterEndToEnd(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.RenewalJitter = 0.5 })
+	e.register("v1", false)
+	m := e.start()
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
+	issued := e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	want, _ := nextIssuanceTime(issued.Status.Certificate, "v1", 0.5)
+	upstream, _ := defaultNextIssuanceTime(issued.Status.Certificate)
+	stored, _ := e.store.ReadMetadata("v1")
+	if stored.NextIssuanceTime == nil || !stored.NextIssuanceTime.Equal(want) || !want.Before(upstream) {
+		t.Fatalf("stored %v, want the draw %v (before upstream's %v)", stored.NextIssuanceTime, want, upstream)
+	}
+	for _, bad := range []float64{-0.1, 1, 2} {
+		o := e.opts
+		o.RenewalJitter = bad
+		if _, err := NewManager(o); err == nil {
+			t.Errorf("RenewalJitter %v accepted", bad)
+		}
+	}
+}
