@@ -34,6 +34,9 @@ type attempt struct {
 	// tr is the loop goroutine's registration with Stop; nil for ManageVolumeImmediate's
 	// attempt, which runs on the caller's goroutine.
 	tr *tracked
+	// deadline is a background attempt's timeout, paused while it waits for admission; nil for
+	// ManageVolumeImmediate's attempt, which waits within the caller's deadline.
+	deadline *attemptDeadline
 }
 
 // callDriver runs a driver-supplied function. It returns errStopped if the manager stopped
@@ -51,7 +54,9 @@ func (a *attempt) callDriver(f func()) error {
 //  3. resume the newest request if it is resumable (see resumable): with its private key
 //     still in memory, wait for it; without, delete it and go on; a request that is not
 //     resumable is left alone;
-//  4. ask the readiness gate (a refusal is a *NotReadyToRequestError);
+//  4. ask the readiness gate (a refusal is a *NotReadyToRequestError), then wait for admission
+//     (a slot under MaxConcurrentIssuances and an IssuanceRateLimit token; see admit), which
+//     is held until the attempt is over; a resume (step 3) never waits for admission;
 //  5. generate the key, the request bundle and the CSR; create the CertificateRequest;
 //  6. wait for it; on success call WriteKeypair and forget the key.
 func (m *Manager) issue(ctx context.Context, a *attempt) error {
@@ -107,6 +112,11 @@ func (m *Manager) issue(ctx context.Context, a *attempt) error {
 	if !ready {
 		return &NotReadyToRequestError{Reason: reason}
 	}
+	release, err := m.admit(ctx, a)
+	if err != nil {
+		return err
+	}
+	defer release()
 
 	// Step 5.
 	var key any

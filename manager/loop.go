@@ -243,8 +243,8 @@ func (m *Manager) attemptInLoop(v *volume, tr *tracked) error {
 	}
 	defer release()
 	m.drainRequeue(v)
-	ctx, cancel := m.attemptContext(v)
-	err = m.issue(ctx, &attempt{v: v, tr: tr})
+	ctx, deadline, cancel := m.attemptContext(v)
+	err = m.issue(ctx, &attempt{v: v, tr: tr, deadline: deadline})
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
 	cancel()
@@ -286,18 +286,50 @@ func (m *Manager) recordOutcome(v *volume, err error, immediate bool) {
 // attemptContext derives a background attempt's context: it ends with the volume, or after
 // issueTimeout on the injected clock. The returned cancel stops the timer synchronously, so a
 // fake clock shows no stray waiter once the attempt is over.
-func (m *Manager) attemptContext(v *volume) (context.Context, func()) {
+func (m *Manager) attemptContext(v *volume) (context.Context, *attemptDeadline, func()) {
 	ctx, cancel := context.WithCancelCause(v.ctx)
-	stopTimer := m.afterFunc(issueTimeout, func() { cancel(errAttemptTimeout) })
-	return ctx, func() {
-		stopTimer()
+	d := &attemptDeadline{m: m, cancel: cancel}
+	d.restart()
+	return ctx, d, func() {
+		d.pause()
 		cancel(nil)
 	}
 }
 
-// afterFunc calls f once d has passed on the injected clock, unless the returned stop is called
-// first (stop reports whether it prevented the call). With a clock that offers AfterFunc no
-// goroutine waits; otherwise one does, and stop ends it.
+// attemptDeadline is a background attempt's issueTimeout timer. It is paused while the attempt
+// waits for admission, and restarted in full once the attempt is admitted.
+type attemptDeadline struct {
+	m      *Manager
+	cancel context.CancelCauseFunc
+	mu     sync.Mutex
+	stop   func() bool
+}
+
+// pause stops the timer; it reports false if the deadline has already passed.
+func (d *attemptDeadline) pause() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stop == nil {
+		return true
+	}
+	ok := d.stop()
+	d.stop = nil
+	return ok
+}
+
+// restart arms the timer for a full issueTimeout from now.
+func (d *attemptDeadline) restart() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stop != nil {
+		d.stop()
+	}
+	d.stop = d.m.afterFunc(issueTimeout, func() { d.cancel(errAttemptTimeout) })
+}
+
+// afterFunc calls f, on a goroutine of its own, once d has passed on the injected clock, unless
+// the returned stop is called first (stop reports whether it prevented the call). With a clock
+// that offers AfterFunc no goroutine waits; otherwise one does, and stop ends it.
 func (m *Manager) afterFunc(d time.Duration, f func()) (stop func() bool) {
 	if d <= 0 {
 		// Already due: a fake clock that is never stepped would not fire it.
@@ -305,7 +337,9 @@ func (m *Manager) afterFunc(d time.Duration, f func()) (stop func() bool) {
 		return func() bool { return false }
 	}
 	if dc, ok := m.clock.(clock.WithDelayedExecution); ok {
-		return dc.AfterFunc(d, f).Stop
+		// f runs on its own goroutine: a fake clock calls AfterFunc functions from Step with
+		// its lock held, and f may take a lock whose holder reads the clock.
+		return dc.AfterFunc(d, func() { go f() }).Stop
 	}
 	t := m.clock.NewTimer(d)
 	done := make(chan struct{})

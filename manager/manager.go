@@ -76,6 +76,9 @@ type Manager struct {
 	watchers map[string]map[chan struct{}]struct{}
 	// stateCounts counts the managed volumes by state (see volumeStatus).
 	stateCounts map[string]int
+
+	// admission bounds the attempts past the readiness gate (see admit).
+	admission *admission
 }
 
 type pendingKey struct {
@@ -140,6 +143,9 @@ func NewManager(opts Options) (*Manager, error) {
 		watchers:     make(map[string]map[chan struct{}]struct{}),
 		stateCounts:  make(map[string]int),
 	}
+	m.admission = newAdmission(opts, m.afterFunc,
+		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
+		func() { opts.Metrics.IncrementAdmissionWaits(nodeHash) })
 
 	selector := labels.SelectorFromSet(labels.Set{api.NodeIDHashLabelKey: nodeHash}).String()
 	m.factory = cminformers.NewSharedInformerFactoryWithOptions(opts.Client, 0,
@@ -481,6 +487,7 @@ func (m *Manager) Stop() {
 			v.cancel()
 		}
 		m.active.closeAndWait()
+		m.admission.close()
 		m.factory.Shutdown()
 	})
 }

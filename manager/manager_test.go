@@ -561,7 +561,8 @@ func TestDefaultNextIssuanceTime(t *testing.T) {
 }
 
 // TestAttemptDeadlineOnEitherClock: the 60 s attempt deadline runs on the injected clock,
-// whether or not it offers AfterFunc.
+// whether or not it offers AfterFunc; paused (as while waiting for admission) it never fires,
+// and restarted it runs a full 60 s again.
 func TestAttemptDeadlineOnEitherClock(t *testing.T) {
 	type plainClock struct{ clock.Clock } // hides AfterFunc
 	for name, wrap := range map[string]func(*testclock.FakeClock) clock.Clock{
@@ -572,11 +573,23 @@ func TestAttemptDeadlineOnEitherClock(t *testing.T) {
 			fc := testclock.NewFakeClock(start)
 			m := &Manager{clock: wrap(fc)}
 			v := &volume{ctx: context.Background()}
-			ctx, cancel := m.attemptContext(v)
+			ctx, deadline, cancel := m.attemptContext(v)
 			defer cancel()
 			fc.Step(issueTimeout - time.Millisecond)
 			if ctx.Err() != nil {
 				t.Fatal("attempt ended before its deadline")
+			}
+			if !deadline.pause() {
+				t.Fatal("pause before the deadline reported it passed")
+			}
+			fc.Step(2 * issueTimeout)
+			if ctx.Err() != nil {
+				t.Fatal("a paused deadline ended the attempt")
+			}
+			deadline.restart()
+			fc.Step(issueTimeout - time.Millisecond)
+			if ctx.Err() != nil {
+				t.Fatal("attempt ended before its restarted deadline")
 			}
 			fc.Step(time.Millisecond)
 			select {

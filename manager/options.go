@@ -132,7 +132,34 @@ type Options struct {
 	// the metadata's NextIssuanceTime as usual. Default (zero): off, upstream's point exactly.
 	// Outside [0, 1) is an error.
 	RenewalJitter float64
+
+	// MaxConcurrentIssuances is how many issuance attempts of this manager may be past the
+	// readiness gate and not yet finished (creating the CertificateRequest, waiting for its
+	// signature, writing the key pair) at once. Further attempts wait for a place, first come,
+	// first served; waiting is neither a failure nor gate-pending (no backoff step, no error
+	// metric), a publish waits within its own deadline, and unmanaging the volume or stopping the
+	// manager ends the wait at once. A resume of an already pending request and a readiness-gate
+	// check never wait. Default (zero): DefaultMaxConcurrentIssuances.
+	// UnlimitedConcurrentIssuances: no limit. Negative is an error.
+	MaxConcurrentIssuances int
+
+	// IssuanceRateLimit is a token bucket, on Clock, for creating CertificateRequests: each
+	// attempt past the readiness gate takes one token before it generates its key and creates
+	// its request, and waits for one as it waits for a MaxConcurrentIssuances place (same queue,
+	// same rules). Default (nil): no rate limit, as upstream. A PerSecond that is not greater
+	// than zero or a Burst below 1 is an error.
+	IssuanceRateLimit *RateLimit
 }
+
+// DefaultMaxConcurrentIssuances is the default MaxConcurrentIssuances. It is above kubelet's
+// default limit of 110 pods per node, so a node that starts every one of its pods at once, with
+// a certificate volume each, is never slowed; it still bounds a node that restarts with hundreds
+// of volumes due, whose attempts would otherwise all create requests and wait on the signer at
+// the same moment.
+const DefaultMaxConcurrentIssuances = 128
+
+// UnlimitedConcurrentIssuances as MaxConcurrentIssuances removes the limit.
+const UnlimitedConcurrentIssuances = math.MaxInt
 
 // DefaultGatePollInterval is the default GatePollInterval.
 const DefaultGatePollInterval = time.Second
@@ -165,6 +192,8 @@ func (o Options) complete() (Options, error) {
 		{o.MaxRequestsPerVolume < 0, "MaxRequestsPerVolume cannot be less than zero"},
 		{o.NodeID == "", "NodeID must be set"},
 		{o.RenewalJitter < 0 || o.RenewalJitter >= 1, "RenewalJitter must be at least 0 and less than 1"},
+		{o.MaxConcurrentIssuances < 0, "MaxConcurrentIssuances cannot be less than zero"},
+		{o.IssuanceRateLimit.invalid(), "IssuanceRateLimit must have PerSecond greater than zero and Burst at least 1"},
 	} {
 		if check.missing {
 			return o, errors.New(check.text)
@@ -182,6 +211,13 @@ func (o Options) complete() (Options, error) {
 	}
 	if o.ReadyToRequest == nil {
 		o.ReadyToRequest = AlwaysReadyToRequest
+	}
+	if o.MaxConcurrentIssuances == 0 {
+		o.MaxConcurrentIssuances = DefaultMaxConcurrentIssuances
+	}
+	if o.IssuanceRateLimit != nil {
+		rl := *o.IssuanceRateLimit
+		o.IssuanceRateLimit = &rl
 	}
 	if o.GatePollInterval == 0 {
 		o.GatePollInterval = DefaultGatePollInterval

@@ -69,9 +69,11 @@ func TestRestartResumesPendingRequest(t *testing.T) {
 	if !keyMatches(t, key, reqs[0].Status.Certificate) {
 		t.Fatal("the key pair written is not the resumed request's certificate with its key")
 	}
-	if _, err := e.store.ReadPendingKey("v1"); err != storage.ErrNotFound {
-		t.Fatalf("persisted key after issuance: %v, want it removed", err)
-	}
+	// The key file goes once WriteKeypair has returned, so it is waited for.
+	e.poll("the persisted key to be removed after issuance", func() bool {
+		_, err := e.store.ReadPendingKey("v1")
+		return err == storage.ErrNotFound
+	})
 	files, _ := e.store.ReadFiles("v1")
 	for name, content := range files {
 		if block, _ := pem.Decode(content); block != nil && block.Headers[pendingKeyRequestHeader] != "" {

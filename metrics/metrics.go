@@ -3,9 +3,12 @@
 // scrape.
 //
 // The upstream families keep their names, help text and labels, so existing dashboards work.
-// The fork adds two label vectors, certmanager_csi_issue_gate_pending_total and
-// certmanager_csi_publish_to_first_certificate_seconds; like every vector they print nothing
-// until observed, so a driver that never reaches the new code paths scrapes as before.
+// The fork adds four label vectors, certmanager_csi_issue_gate_pending_total,
+// certmanager_csi_publish_to_first_certificate_seconds,
+// certmanager_csi_issuance_admission_waiting and certmanager_csi_issuance_admission_waits_total;
+// like every vector they print nothing until observed, so a driver that never reaches the new
+// code paths scrapes as before (the admission pair appears with the first attempt that waits for
+// admission).
 // Per-volume series are deleted by DeleteVolumeSeries when a volume is gone for good (the node
 // server calls it through the manager after a successful NodeUnpublishVolume); a failed publish
 // keeps them, because kubelet retries the same volume. A volume whose pod was deleted before any
@@ -43,6 +46,8 @@ type Metrics struct {
 	issueErrorCountTotal      *prometheus.CounterVec
 	gatePendingCountTotal     *prometheus.CounterVec
 	publishToFirstCertificate *prometheus.HistogramVec
+	admissionWaiting          *prometheus.GaugeVec
+	admissionWaitsTotal       *prometheus.CounterVec
 
 	// volumeStates is registered only by EnableVolumeStateGauge.
 	volumeStatesOnce sync.Once
@@ -93,12 +98,22 @@ func New(nodeId string, logger *logr.Logger, registry *prometheus.Registry, meta
 			Help:    "The time from a volume being first managed (its publish) to its first certificate being written.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600},
 		}, []string{"node"}),
+		admissionWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "issuance_admission_waiting",
+			Help: "The number of issuance attempts waiting for admission (MaxConcurrentIssuances or IssuanceRateLimit).",
+		}, []string{"node"}),
+		admissionWaitsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "issuance_admission_waits_total",
+			Help: "The number of issuance attempts that had to wait for admission (MaxConcurrentIssuances or IssuanceRateLimit). Not counted as errors.",
+		}, []string{"node"}),
 	}
 	registry.MustRegister(
 		m.issueCallCountTotal,
 		m.issueErrorCountTotal,
 		m.gatePendingCountTotal,
 		m.publishToFirstCertificate,
+		m.admissionWaiting,
+		m.admissionWaitsTotal,
 		NewCertificateRequestCollector(util.HashIdentifier(nodeId), metadataReader, certificateRequestLister),
 	)
 	return m
@@ -188,6 +203,20 @@ func (m *Metrics) IncrementGatePendingCountTotal(nodeNameHash, volumeID string) 
 func (m *Metrics) ObservePublishToFirstCertificate(nodeNameHash string, d time.Duration) {
 	if m != nil {
 		m.publishToFirstCertificate.WithLabelValues(nodeNameHash).Observe(d.Seconds())
+	}
+}
+
+// SetAdmissionWaiting sets the number of issuance attempts waiting for admission.
+func (m *Metrics) SetAdmissionWaiting(nodeNameHash string, n int) {
+	if m != nil {
+		m.admissionWaiting.WithLabelValues(nodeNameHash).Set(float64(n))
+	}
+}
+
+// IncrementAdmissionWaits counts one issuance attempt that had to wait for admission.
+func (m *Metrics) IncrementAdmissionWaits(nodeNameHash string) {
+	if m != nil {
+		m.admissionWaitsTotal.WithLabelValues(nodeNameHash).Inc()
 	}
 }
 

@@ -1,0 +1,218 @@
+package manager
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// admission bounds one manager's issuance attempts that are past the readiness gate: at most
+// max of them at once (slots), and, with a bucket, one CertificateRequest creation per token
+// (a token bucket on the injected clock). Attempts wait for a slot and a token strictly first
+// come, first served: the head of the queue is admitted before anyone behind it.
+//
+// Waiting is not failing: it uses no backoff step and counts no error. It ends at once when the
+// waiter's context does (the volume unmanaged, the manager stopped, a publish's deadline).
+type admission struct {
+	clock     clock.Clock
+	afterFunc func(time.Duration, func()) func() bool
+	max       int
+	// interval is the time one token takes to earn; zero means no bucket. capacity is
+	// burst·interval: the bucket holds its tokens as earned time, so a fake clock's Step of
+	// exactly one interval yields exactly one token.
+	interval time.Duration
+	capacity time.Duration
+	// waitingChanged reports the queue length after every change; waited counts one wait.
+	waitingChanged func(n int)
+	waited         func()
+
+	mu        sync.Mutex
+	inFlight  int
+	credit    time.Duration // earned time, at most capacity
+	refilled  time.Time
+	queue     list.List // of *admissionWaiter
+	stopTimer func() bool
+	closed    bool
+}
+
+type admissionWaiter struct {
+	ready    chan struct{}
+	elem     *list.Element
+	admitted bool
+}
+
+func newAdmission(o Options, afterFunc func(time.Duration, func()) func() bool, waitingChanged func(int), waited func()) *admission {
+	a := &admission{
+		clock:          o.Clock,
+		afterFunc:      afterFunc,
+		max:            o.MaxConcurrentIssuances,
+		waitingChanged: waitingChanged,
+		waited:         waited,
+		refilled:       o.Clock.Now(),
+	}
+	if rl := o.IssuanceRateLimit; rl != nil {
+		a.interval = rl.interval()
+		a.capacity = time.Duration(rl.Burst) * a.interval
+		a.credit = a.capacity // the bucket starts full
+	}
+	return a
+}
+
+// tryAcquire admits the caller at once if nobody is waiting and a slot and a token are free.
+func (a *admission) tryAcquire() (release func(), ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.queue.Len() > 0 || !a.canAdmitLocked() {
+		return nil, false
+	}
+	a.takeLocked()
+	return a.releaseFunc(), true
+}
+
+// wait queues the caller behind everyone already waiting and returns once it is admitted, or
+// with ctx's cause when ctx ends first (its place then goes to the next waiter).
+func (a *admission) wait(ctx context.Context) (release func(), err error) {
+	w := &admissionWaiter{ready: make(chan struct{})}
+	a.mu.Lock()
+	w.elem = a.queue.PushBack(w)
+	a.waited()
+	a.waitingChanged(a.queue.Len())
+	a.admitLocked()
+	a.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return a.releaseFunc(), nil
+	case <-ctx.Done():
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w.admitted {
+		// Admitted as ctx ended: hand the slot and the token back.
+		a.inFlight--
+		a.credit = min(a.capacity, a.credit+a.interval)
+	} else {
+		a.queue.Remove(w.elem)
+		a.waitingChanged(a.queue.Len())
+	}
+	a.admitLocked()
+	return nil, context.Cause(ctx)
+}
+
+// releaseFunc returns the function that frees an admitted attempt's slot; calling it more than
+// once frees it once.
+func (a *admission) releaseFunc() func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.inFlight--
+			a.admitLocked()
+		})
+	}
+}
+
+// close stops the token timer; waiters end through their contexts.
+func (a *admission) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
+	if a.stopTimer != nil {
+		a.stopTimer()
+		a.stopTimer = nil
+	}
+}
+
+// refillLocked adds the time earned since the last refill, up to the bucket's capacity.
+func (a *admission) refillLocked() {
+	now := a.clock.Now()
+	if a.interval > 0 {
+		if earned := now.Sub(a.refilled); earned > 0 {
+			a.credit = min(a.capacity, a.credit+earned)
+		}
+	}
+	a.refilled = now
+}
+
+func (a *admission) canAdmitLocked() bool {
+	a.refillLocked()
+	return a.inFlight < a.max && (a.interval == 0 || a.credit >= a.interval)
+}
+
+func (a *admission) takeLocked() {
+	a.inFlight++
+	if a.interval > 0 {
+		a.credit -= a.interval
+	}
+}
+
+// admitLocked admits waiters from the head of the queue while a slot and a token are free. If
+// the head lacks only a token, a timer on the clock wakes the queue when the token is earned.
+func (a *admission) admitLocked() {
+	for a.queue.Len() > 0 && a.canAdmitLocked() {
+		w := a.queue.Remove(a.queue.Front()).(*admissionWaiter)
+		a.takeLocked()
+		w.admitted = true
+		close(w.ready)
+		a.waitingChanged(a.queue.Len())
+	}
+	if a.queue.Len() == 0 || a.inFlight >= a.max || a.interval == 0 || a.stopTimer != nil || a.closed {
+		return
+	}
+	a.stopTimer = a.afterFunc(a.interval-a.credit, func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.stopTimer = nil
+		if !a.closed {
+			a.admitLocked()
+		}
+	})
+}
+
+// admit lets an attempt that is past the readiness gate go on to create a CertificateRequest:
+// at once if a slot and a token are free and nobody is waiting, otherwise after waiting its turn.
+// A background attempt's deadline is paused while it waits (waiting is not the attempt taking
+// too long) and starts afresh when admitted, so the wait ends only with the volume or the
+// manager; a publish's attempt waits within the caller's deadline. The returned release frees
+// the slot; call it when the attempt is over.
+func (m *Manager) admit(ctx context.Context, a *attempt) (release func(), err error) {
+	if release, ok := m.admission.tryAcquire(); ok {
+		return release, nil
+	}
+	if a.deadline != nil {
+		if !a.deadline.pause() {
+			return nil, fmt.Errorf("waiting for issuance admission: %w", errAttemptTimeout)
+		}
+		defer a.deadline.restart()
+	}
+	m.logFor(a.v).V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
+	release, err = m.admission.wait(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for issuance admission: %w", err)
+	}
+	m.logFor(a.v).V(4).Info("Admitted to issuance")
+	return release, nil
+}
+
+// RateLimit is a token bucket: PerSecond tokens are earned every second, up to Burst.
+type RateLimit struct {
+	// PerSecond is the sustained rate, in tokens per second; it must be greater than zero.
+	PerSecond float64
+	// Burst is how many tokens the bucket holds (and starts with); at least 1.
+	Burst int
+}
+
+// interval is the time one token takes to earn, at least one nanosecond.
+func (r RateLimit) interval() time.Duration {
+	return max(time.Duration(float64(time.Second)/r.PerSecond), time.Nanosecond)
+}
+
+func (r *RateLimit) invalid() bool {
+	return r != nil && (!(r.PerSecond > 0) || math.IsInf(r.PerSecond, 0) || r.Burst < 1)
+}
