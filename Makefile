@@ -35,9 +35,11 @@ integration: envtest
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -tags integration -race -count=1 -v ./test/integration/ 2>&1 \
 		| grep -E '^(=== RUN|--- |PASS|FAIL|ok|envtest:)|_test.go:[0-9]+:' ; exit $${PIPESTATUS[0]}
 
-## bench: the benchmarks whose figures the README quotes.
-bench:
+## bench: the benchmarks whose figures the README quotes: the manager on a fake clientset
+## (hack/bench), then the fleet on a real kube-apiserver (hack/fleet, envtest).
+bench: envtest
 	$(GO) run ./hack/bench $(ARGS)
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./hack/fleet $(FLEET_ARGS)
 
 ## demo: the library doing its whole job locally (ARGS=--help lists the options).
 demo: envtest
