@@ -31,6 +31,15 @@
 // nothing writes for the volume. Stop waits for the Manager's own goroutines but never for a
 // driver-supplied function; a goroutine inside one exits, touching nothing, when it returns.
 //
+// Admission bounds what one node sends the apiserver and the signers: at most
+// Options.MaxConcurrentIssuances attempts (default 128) are past the readiness gate and
+// unfinished at once, and Options.IssuanceRateLimit (off by default) paces CertificateRequest
+// creates with a token bucket on the injected clock. Attempts wait their turn first come, first
+// served; a wait is not a failure (no backoff step, no error metric), a background attempt's
+// 60 s deadline starts only once it is admitted, a publish waits within its own deadline, and
+// unmanaging or Stop ends the wait at once. Resuming a pending request never waits.
+// Options.RenewalJitter spreads renewals over a window before the default renewal point.
+//
 // With a store that implements storage.PendingKeyStore, the key of a pending request is also
 // persisted beside the volume's metadata, so a restarted manager resumes the request too.
 //

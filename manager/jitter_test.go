@@ -63,8 +63,8 @@ func TestRenewalJitterWindow(t *testing.T) {
 	}
 }
 
-// TestRenewalJitterEndToEnd: the drawn time is what WriteKeypair persists, and NewManager
-// rejects values outside [0, 1).
+// TestRenewalJitterEndToEnd: the drawn time is what WriteKeypair persists, a restarted manager
+// waits for that same time, and NewManager rejects values outside [0, 1).
 func TestRenewalJitterEndToEnd(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.RenewalJitter = 0.5 })
 	e.register("v1", false)
@@ -81,6 +81,24 @@ func TestRenewalJitterEndToEnd(t *testing.T) {
 	if stored.NextIssuanceTime == nil || !stored.NextIssuanceTime.Equal(want) || !want.Before(upstream) {
 		t.Fatalf("stored %v, want the draw %v (before upstream's %v)", stored.NextIssuanceTime, want, upstream)
 	}
+
+	// A restarted manager schedules the volume at the same drawn time: it is not re-rolled.
+	if err := e.store.SetMounted("v1"); err != nil {
+		t.Fatal(err)
+	}
+	m.Stop()
+	for len(e.clock.timers) > 0 {
+		<-e.clock.timers
+	}
+	restarted, err := NewManager(e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(restarted.Stop)
+	if d := e.nextTimer(); d != want.Sub(e.clock.Now()) {
+		t.Fatalf("restarted manager waits %v, want %v (until the stored draw)", d, want.Sub(e.clock.Now()))
+	}
+
 	for _, bad := range []float64{-0.1, 1, 2} {
 		o := e.opts
 		o.RenewalJitter = bad
