@@ -278,3 +278,34 @@ func (r missingReader) ListVolumes() ([]string, error) {
 	ids, err := r.MetadataReader.ListVolumes()
 	return append(ids, "registering"), err
 }
+
+// TestAdmissionFamilies: the admission gauge and counter print nothing until an attempt waits,
+// then exactly these series; DeleteVolumeSeries leaves them (they are per node).
+func TestAdmissionFamilies(t *testing.T) {
+	m, reg, _, _ := setup(t)
+	names := []string{"certmanager_csi_issuance_admission_waiting", "certmanager_csi_issuance_admission_waits_total"}
+	for _, name := range names {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 0 {
+			t.Fatalf("%s: %d series before any wait (%v)", name, n, err)
+		}
+	}
+	m.IncrementAdmissionWaits("f56fd9f8b")
+	m.IncrementAdmissionWaits("f56fd9f8b")
+	m.SetAdmissionWaiting("f56fd9f8b", 2)
+	m.SetAdmissionWaiting("f56fd9f8b", 1)
+	m.DeleteVolumeSeries("f56fd9f8b", "v1")
+	want := `
+# HELP certmanager_csi_issuance_admission_waiting The number of issuance attempts waiting for admission (MaxConcurrentIssuances or IssuanceRateLimit).
+# TYPE certmanager_csi_issuance_admission_waiting gauge
+certmanager_csi_issuance_admission_waiting{node="f56fd9f8b"} 1
+# HELP certmanager_csi_issuance_admission_waits_total The number of issuance attempts that had to wait for admission (MaxConcurrentIssuances or IssuanceRateLimit). Not counted as errors.
+# TYPE certmanager_csi_issuance_admission_waits_total counter
+certmanager_csi_issuance_admission_waits_total{node="f56fd9f8b"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+	var nilMetrics *Metrics
+	nilMetrics.SetAdmissionWaiting("n", 1) // must not panic
+	nilMetrics.IncrementAdmissionWaits("n")
+}
