@@ -367,10 +367,13 @@ func TestAdmissionResumeNeverWaits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	result := make(chan error, 1)
 	go func() { _, err := e.m.ManageVolumeImmediate(ctx, "pending"); result <- err }()
-	e.poll("the publish's request", func() bool { return e.pendingCount() == 1 })
+	first := e.waitForPending()
 	cancel() // kubelet's deadline: the request and its key stay
 	<-result
 	e.m.UnmanageVolume("pending")
+	// kubelet retries seconds later, when the informer has long seen the request; without it in
+	// the cache the retry would (rightly) create a new request instead of resuming.
+	e.waitInformerHas(first)
 
 	e.register("holder", false)
 	e.m.ManageVolume("holder")
