@@ -283,29 +283,36 @@ func TestAdmissionPublishDeadlineWhileWaiting(t *testing.T) {
 }
 
 // TestAdmissionWaitPausesAttemptDeadline: a background attempt's 60 s deadline does not run
-// while it waits for admission; it starts in full once the attempt is admitted.
+// while it waits for admission, however long the wait; it starts in full once the attempt is
+// admitted, and ends the attempt 60 s later. The place is held by a publish, whose attempt has no deadline on the fake clock.
 func TestAdmissionWaitPausesAttemptDeadline(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.MaxConcurrentIssuances = 1 })
 	e.start()
-	e.register("first", false)
-	e.m.ManageVolume("first")
-	e.poll("the first request", func() bool { return e.pendingCount() == 1 })
+	e.register("holder", false)
+	held := make(chan error, 1)
+	go func() { _, err := e.m.ManageVolumeImmediate(context.Background(), "holder"); held <- err }()
+	e.poll("the holder's request", func() bool { return e.pendingCount() == 1 })
 	e.register("second", false)
 	e.m.ManageVolume("second")
 	e.poll("the second to wait", func() bool { return e.gauge(waitingGauge) == 1 })
 
-	e.clock.Step(50 * time.Second)
-	e.issuePending() // first, 50 s into both attempts
-	e.poll("the second request", func() bool { return e.pendingCount() == 1 && e.writtenCount() == 1 })
-	e.clock.Step(59 * time.Second) // 109 s after the second attempt began, 59 s after admission
-	if n := e.counter("certmanager_csi_issue_errors_total", "second"); n != 0 {
-		t.Fatalf("the waiting attempt timed out early: %v errors", n)
+	e.clock.Step(2 * issueTimeout)
+	if n, w := e.counter("certmanager_csi_issue_errors_total", "second"), e.gauge(waitingGauge); n != 0 || w != 1 {
+		t.Fatalf("after waiting 2×%v: %v issuance errors, %v waiting; want 0 and 1", issueTimeout, n, w)
 	}
-	e.issuePending()
-	e.poll("the second key pair", func() bool { return e.writtenCount() == 2 })
-	if n := e.counter("certmanager_csi_issue_errors_total", "second"); n != 0 {
-		t.Fatalf("%v issuance errors, want 0", n)
+	e.issuePending() // the holder's: its place frees
+	if err := <-held; err != nil {
+		t.Fatal(err)
 	}
+	e.poll("the second request", func() bool { return e.pendingCount() == 1 })
+	e.clock.Step(issueTimeout - time.Second) // 59 s after admission
+	if n := e.counter("certmanager_csi_issue_errors_total", "second"); n != 0 {
+		t.Fatalf("the attempt timed out %v after admission: %v errors", issueTimeout-time.Second, n)
+	}
+	e.clock.Step(time.Second) // 60 s after admission: the deadline ends the attempt
+	e.poll("the attempt to time out 60 s after its admission", func() bool {
+		return e.counter("certmanager_csi_issue_errors_total", "second") == 1
+	})
 }
 
 // TestAdmissionStopEndsWaits: Stop returns at once with attempts waiting for admission.
