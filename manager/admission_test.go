@@ -10,6 +10,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -63,22 +64,7 @@ func (p *inFlightProbe) snapshot() (now, peak int, created []string) {
 // gauge returns the value of a node-labelled gauge or counter (0 if it has no series).
 func (e *env) gauge(name string) float64 {
 	e.t.Helper()
-	families, err := e.registry.Gather()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if m.GetGauge() != nil {
-				return m.GetGauge().GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return e.metricValue(name, func(*dto.Metric) bool { return true })
 }
 
 const (
@@ -120,6 +106,17 @@ func signOneByOne(e *env, p *inFlightProbe, total, limit int) {
 		e.issuePending()
 		e.poll("the key pair to be written", func() bool { return e.writtenCount() == done+1 })
 	}
+}
+
+// startWithOnlyPlaceHeld starts a manager with MaxConcurrentIssuances 1 whose place is held by
+// volume "first", waiting for its signature.
+func startWithOnlyPlaceHeld(t *testing.T) *env {
+	e := newEnv(t, func(o *Options) { o.MaxConcurrentIssuances = 1 })
+	e.start()
+	e.register("first", false)
+	e.m.ManageVolume("first")
+	e.poll("the first request", func() bool { return e.pendingCount() == 1 })
+	return e
 }
 
 func ids(prefix string, n int) []string {
@@ -225,11 +222,7 @@ func TestAdmissionTokensRefillOnStep(t *testing.T) {
 // TestAdmissionPublishWaitsWithinItsDeadline: a publish whose attempt waits for a place succeeds
 // once the place frees, without an error or a gate-pending count.
 func TestAdmissionPublishWaitsWithinItsDeadline(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.MaxConcurrentIssuances = 1 })
-	e.start()
-	e.register("first", false)
-	e.m.ManageVolume("first")
-	e.poll("the first request", func() bool { return e.pendingCount() == 1 })
+	e := startWithOnlyPlaceHeld(t)
 
 	e.register("publish", false)
 	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
@@ -256,11 +249,7 @@ func TestAdmissionPublishWaitsWithinItsDeadline(t *testing.T) {
 // TestAdmissionPublishDeadlineWhileWaiting: a publish that is still waiting when its own
 // deadline passes fails then (not before), with the caller's cause, and leaves the queue.
 func TestAdmissionPublishDeadlineWhileWaiting(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.MaxConcurrentIssuances = 1 })
-	e.start()
-	e.register("first", false)
-	e.m.ManageVolume("first")
-	e.poll("the first request", func() bool { return e.pendingCount() == 1 })
+	e := startWithOnlyPlaceHeld(t)
 	e.register("publish", false)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	result := make(chan error, 1)

@@ -297,6 +297,13 @@ func (e *env) issuePending() *cmapi.CertificateRequest {
 
 func (e *env) counter(name, volume string) float64 {
 	e.t.Helper()
+	return e.metricValue(name, func(m *dto.Metric) bool { return labelValue(m, "volume") == volume })
+}
+
+// metricValue returns the value (gauge or counter) of the first series of the family name that
+// match selects; 0 if there is none.
+func (e *env) metricValue(name string, match func(*dto.Metric) bool) float64 {
+	e.t.Helper()
 	families, err := e.registry.Gather()
 	if err != nil {
 		e.t.Fatal(err)
@@ -306,9 +313,13 @@ func (e *env) counter(name, volume string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			if labelValue(m, "volume") == volume {
-				return m.GetCounter().GetValue()
+			if !match(m) {
+				continue
 			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
 		}
 	}
 	return 0

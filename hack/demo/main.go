@@ -39,7 +39,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
@@ -145,17 +144,11 @@ func run(o options) error {
 
 	fmt.Fprintf(d.out, "csi-lib demo: %d pods per pass, %v certificates, issuance backoff %v, outage %v\n", o.pods, o.lifetime, o.issueBackoff, o.outage)
 	d.say("starting kube-apiserver and etcd (envtest) with cert-manager's CertificateRequest CRD")
-	crds, err := testkit.CertificateRequestCRD()
+	cfg, stopControlPlane, err := testkit.StartControlPlane()
 	if err != nil {
 		return err
 	}
-	env := &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{crds}, ErrorIfPathMissing: true},
-		ControlPlaneStartTimeout: time.Minute}
-	cfg, err := env.Start()
-	if err != nil {
-		return fmt.Errorf("starting envtest: %w", err)
-	}
-	defer func() { _ = env.Stop() }()
+	defer func() { _ = stopControlPlane() }()
 	d.kube = kubernetes.NewForConfigOrDie(cfg)
 	d.cm = cmclient.NewForConfigOrDie(cfg)
 	d.say("apiserver ready at %s", cfg.Host)

@@ -50,7 +50,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/manager"
@@ -109,17 +108,11 @@ func run(sizes []int, v int, limited manager.Options) error {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: run it with `make bench`")
 	}
-	crd, err := testkit.CertificateRequestCRD()
+	cfg, stopControlPlane, err := testkit.StartControlPlane()
 	if err != nil {
 		return err
 	}
-	env := &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{crd}, ErrorIfPathMissing: true},
-		ControlPlaneStartTimeout: time.Minute}
-	cfg, err := env.Start()
-	if err != nil {
-		return fmt.Errorf("starting envtest: %w", err)
-	}
-	defer func() { _ = env.Stop() }()
+	defer func() { _ = stopControlPlane() }()
 	b := &bench{cfg: rest.CopyConfig(cfg)}
 	klog.SetLogger(funcr.New(func(_, args string) {
 		if strings.Contains(args, "watch ended with error") {

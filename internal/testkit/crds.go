@@ -6,6 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // CertificateRequestCRD returns the path of cert-manager's CertificateRequest CRD in the
@@ -20,4 +24,22 @@ func CertificateRequestCRD() (string, error) {
 		return "", fmt.Errorf("cert-manager CRD: %w", err)
 	}
 	return path, nil
+}
+
+// StartControlPlane starts kube-apiserver and etcd (envtest, binaries from KUBEBUILDER_ASSETS)
+// with cert-manager's CertificateRequest CRD installed, and returns an admin configuration and
+// the function that stops them.
+func StartControlPlane() (cfg *rest.Config, stop func() error, err error) {
+	crd, err := CertificateRequestCRD()
+	if err != nil {
+		return nil, nil, err
+	}
+	env := &envtest.Environment{
+		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: []string{crd}, ErrorIfPathMissing: true},
+		ControlPlaneStartTimeout: time.Minute,
+	}
+	if cfg, err = env.Start(); err != nil {
+		return nil, nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	return cfg, env.Stop, nil
 }

@@ -23,7 +23,6 @@ import (
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/cert-manager/csi-lib/internal/testkit"
 )
@@ -43,27 +42,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run these tests with `make integration`")
 		return 1
 	}
-	crd, err := testkit.CertificateRequestCRD()
+	start := time.Now()
+	cfg, stop, err := testkit.StartControlPlane()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env := &envtest.Environment{
-		CRDInstallOptions: envtest.CRDInstallOptions{
-			Paths:              []string{crd},
-			ErrorIfPathMissing: true,
-		},
-		ControlPlaneStartTimeout: 60 * time.Second,
-	}
-	start := time.Now()
-	restConfig, err = env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
+	restConfig = cfg
 	fmt.Printf("envtest: kube-apiserver and etcd started with the CertificateRequest CRD in %s\n", time.Since(start).Round(time.Millisecond))
 	defer func() {
-		if err := env.Stop(); err != nil {
+		if err := stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
 		}
 	}()
