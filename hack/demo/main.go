@@ -42,6 +42,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/controlplane"
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
@@ -144,7 +145,7 @@ func run(o options) error {
 
 	fmt.Fprintf(d.out, "csi-lib demo: %d pods per pass, %v certificates, issuance backoff %v, outage %v\n", o.pods, o.lifetime, o.issueBackoff, o.outage)
 	d.say("starting kube-apiserver and etcd (envtest) with cert-manager's CertificateRequest CRD")
-	cfg, stopControlPlane, err := testkit.StartControlPlane()
+	cfg, stopControlPlane, err := controlplane.StartControlPlane()
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,7 @@ import (
 	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/cert-manager/csi-lib/internal/controlplane"
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
@@ -108,7 +109,7 @@ func run(sizes []int, v int, limited manager.Options) error {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: run it with `make bench`")
 	}
-	cfg, stopControlPlane, err := testkit.StartControlPlane()
+	cfg, stopControlPlane, err := controlplane.StartControlPlane()
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 // Package testkit holds what the library's tests, benchmarks and demo share: a tiny certificate
 // authority that signs PEM CSRs with real X.509, and helpers that play the signer's part on
 // CertificateRequests through a clientset (fake or real). It is not meant for production use.
+// test/driver imports it, so it must stay light: nothing here may import envtest or
+// controller-runtime (see internal/controlplane).
 package testkit
 
 import (

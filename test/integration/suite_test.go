@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/internal/controlplane"
 )
 
 var (
@@ -43,7 +43,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	start := time.Now()
-	cfg, stop, err := testkit.StartControlPlane()
+	cfg, stop, err := controlplane.StartControlPlane()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

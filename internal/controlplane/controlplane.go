@@ -1,4 +1,8 @@
-package testkit
+// Package controlplane starts a kube-apiserver and etcd (envtest) with cert-manager's
+// CertificateRequest CRD installed, for the integration tests, the demo and the fleet benchmark.
+// It is a package of its own so that what drivers import in their tests (test/driver,
+// test/util, through internal/testkit) never compiles envtest or controller-runtime.
+package controlplane
 
 import (
 	"fmt"

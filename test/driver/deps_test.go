@@ -1,0 +1,47 @@
+package driver_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// maxHarnessDeps bounds what a driver's test build compiles through test/driver and test/util:
+// upstream's pair depends on about 670 packages.
+const maxHarnessDeps = 700
+
+// heavyDeps are module paths that must never enter a driver's test build through the harness:
+// they belong to the envtest control plane of this project's own integration tests.
+var heavyDeps = []string{
+	"sigs.k8s.io/controller-runtime",
+	"/envtest",
+}
+
+// TestHarnessImportsStayLight: drivers import test/driver and test/util in their own tests, so
+// what those packages compile is part of the drop-in contract. go list reads the import graph
+// from the module cache; it builds nothing.
+func TestHarnessImportsStayLight(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list the harness's dependencies: %v", err)
+	}
+	out, err := exec.Command(goTool, "list", "-deps",
+		"github.com/cert-manager/csi-lib/test/driver",
+		"github.com/cert-manager/csi-lib/test/util").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	for _, pkg := range deps {
+		for _, heavy := range heavyDeps {
+			if strings.Contains(pkg, heavy) {
+				t.Errorf("test/driver or test/util depends on %s", pkg)
+				break
+			}
+		}
+	}
+	if len(deps) > maxHarnessDeps {
+		t.Errorf("test/driver and test/util depend on %d packages, more than %d", len(deps), maxHarnessDeps)
+	}
+	t.Logf("test/driver and test/util depend on %d packages", len(deps))
+}
