@@ -57,16 +57,15 @@ func newNodeServer(log logr.Logger, opts Options) *nodeServer {
 
 // validatePublish checks a publish request before any lock or I/O. Bad input gets
 // InvalidArgument and changes nothing (upstream: Unknown for a non-ephemeral volume, no other
-// checks, and the volume torn down; a kept difference).
+// checks, and the volume torn down; a kept difference). A request without a volume capability
+// is a mount volume, as upstream treats it: kubelet always sends one, but drivers' own tests
+// leave it out.
 func (ns *nodeServer) validatePublish(req *csi.NodePublishVolumeRequest) error {
 	if err := storage.ValidateVolumeID(req.GetVolumeId()); err != nil {
 		return status.Errorf(codes.InvalidArgument, "volume_id: %v", err)
 	}
 	if req.GetTargetPath() == "" {
 		return status.Error(codes.InvalidArgument, "target_path: must be set")
-	}
-	if req.GetVolumeCapability() == nil {
-		return status.Error(codes.InvalidArgument, "volume_capability: must be set")
 	}
 	if req.GetVolumeContext()[ephemeralKey] != "true" {
 		return status.Error(codes.InvalidArgument, "only ephemeral volume types are supported")

@@ -328,7 +328,6 @@ func TestBadInputIsInvalidArgumentAndWritesNothing(t *testing.T) {
 		{"block", func(r *csi.NodePublishVolumeRequest) {
 			r.VolumeCapability.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
 		}},
-		{"no volume capability", func(r *csi.NodePublishVolumeRequest) { r.VolumeCapability = nil }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
