@@ -253,6 +253,60 @@ func TestAlreadyDueCertificateWaitsASecond(t *testing.T) {
 	}
 }
 
+// TestPublishedAlreadyDueCertificateWaitsASecond: the 1 s floor after a success holds for the
+// publish's own attempt too. Drivers' tests sign with certificates long past their renewal
+// point and never step the clock; they must see exactly one request, as upstream's loop (which
+// waits for its next tick) gives them.
+func TestPublishedAlreadyDueCertificateWaitsASecond(t *testing.T) {
+	e := newEnv(t, nil)
+	e.register("v1", false)
+	m := e.start()
+	_, done := publishAttempt(m, "v1")
+	req := e.waitForPending()
+	if _, err := testkit.Issue(context.Background(), e.client, e.ca, req, e.clock.Now().Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	e.expectWait(minWaitAfterSuccess)
+	if got, n := e.counter(issueCalls, "v1"), len(e.requests()); got != 1 || n != 1 {
+		t.Fatalf("%v attempts and %d requests before the clock moved, want 1 and 1", got, n)
+	}
+	e.stepWait(minWaitAfterSuccess)
+	if d := e.nextTimer(); d != issueTimeout {
+		t.Fatalf("after the second, expected a renewal attempt, got %v", d)
+	}
+}
+
+// TestRequeueDoesNotCutTheFloorAfterASuccess: a Requeue during the wait after a success makes
+// the loop re-evaluate, and it waits out the rest of the second rather than attempting at once
+// (a driver requeueing on every pod update must not turn an already-due certificate into a hot
+// loop).
+func TestRequeueDoesNotCutTheFloorAfterASuccess(t *testing.T) {
+	e := newEnv(t, nil)
+	e.register("v1", true)
+	m := e.start()
+	if d := e.nextTimer(); d != issueTimeout {
+		t.Fatalf("expected an attempt, got %v", d)
+	}
+	req := e.waitForPending()
+	if _, err := testkit.Issue(context.Background(), e.client, e.ca, req, e.clock.Now().Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	e.expectWait(minWaitAfterSuccess)
+	e.clock.Step(400 * time.Millisecond)
+	m.Requeue("v1")
+	e.expectWait(600 * time.Millisecond)
+	if got := e.counter(issueCalls, "v1"); got != 1 {
+		t.Fatalf("%v attempts after a Requeue within the second, want 1", got)
+	}
+	e.stepWait(600 * time.Millisecond)
+	if d := e.nextTimer(); d != issueTimeout {
+		t.Fatalf("after the second, expected a renewal attempt, got %v", d)
+	}
+}
+
 // TestUnmanageWaitsOnlyForWriteKeypair: UnmanageVolume returns at once while a driver function
 // other than WriteKeypair hangs, waits while WriteKeypair runs, and after it returns nothing of
 // that attempt is written. The same holds for an attempt of ManageVolumeImmediate.

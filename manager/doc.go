@@ -4,8 +4,9 @@
 //
 //  1. Wait until due: the volume's NextIssuanceTime is nil, zero or not after Clock.Now().
 //     While not due a volume costs nothing: no storage reads and no ticks, only one timer on the
-//     injected clock. Requeue, UnmanageVolume and Stop end the wait early. After a success the
-//     loop waits at least one second, even if the new certificate is already due.
+//     injected clock. Requeue, UnmanageVolume and Stop end the wait early. After a success,
+//     the publish's own included, the volume is not attempted again for one second on the
+//     injected clock, even if the new certificate is already due and even after a Requeue.
 //  2. Attempt one issuance, with a 60 s deadline on the injected clock. Attempts for different
 //     volumes run concurrently; attempts for one volume never overlap.
 //  3. Classify the outcome. Success resets both backoffs. ErrNotReadyToRequest (the driver's

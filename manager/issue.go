@@ -243,8 +243,12 @@ func (m *Manager) waitAndWrite(ctx context.Context, a *attempt, meta metadata.Me
 		return fmt.Errorf("writing key pair: %w", writeErr)
 	}
 	m.dropKey(reqKey)
-	v.fallbackDue.Store(&nit)
-	v.lastRequest.Store(&name)
+	now := m.clock.Now()
+	v.lastWrite.Store(&keypairWrite{at: now, due: nit})
+	if !nit.After(now) {
+		m.logFor(v).Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
+			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)
+	}
 	if firstCertificate {
 		m.opts.Metrics.ObservePublishToFirstCertificate(m.nodeNameHash, m.clock.Since(v.managedAt))
 	}

@@ -19,7 +19,6 @@ func (m *Manager) run(v *volume, tr *tracked, known *metadata.Metadata) {
 
 	// Working copies of the pristine templates; resetting one copies its template again.
 	renewal, gate := *m.opts.RenewalBackoffConfig, *m.opts.GateBackoffConfig
-	var minWait time.Duration
 	for {
 		wait, err := m.untilDue(v, known)
 		known = nil
@@ -37,16 +36,7 @@ func (m *Manager) run(v *volume, tr *tracked, known *metadata.Metadata) {
 			}
 			continue
 		}
-		if wait < minWait {
-			name := ""
-			if n := v.lastRequest.Load(); n != nil {
-				name = *n
-			}
-			m.logFor(v).Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
-				"request", name, "wait", minWait)
-			wait = minWait
-		}
-		minWait = 0
+		wait = max(wait, m.untilSuccessFloor(v))
 		if wait > 0 {
 			if !m.sleep(v, tr, wait, waitUntilDue) {
 				return
@@ -60,7 +50,6 @@ func (m *Manager) run(v *volume, tr *tracked, known *metadata.Metadata) {
 		switch {
 		case outcome == nil:
 			renewal, gate = *m.opts.RenewalBackoffConfig, *m.opts.GateBackoffConfig
-			minWait = minWaitAfterSuccess
 			continue
 		case errors.Is(outcome, errStopped) || v.ctx.Err() != nil:
 			return
@@ -111,10 +100,23 @@ func (m *Manager) untilDue(v *volume, known *metadata.Metadata) (time.Duration, 
 	if hasCertificate(meta) && meta.NextIssuanceTime.After(now) {
 		return meta.NextIssuanceTime.Sub(now), nil
 	}
-	if fb := v.fallbackDue.Load(); fb != nil && fb.After(now) {
-		return fb.Sub(now), nil
+	if last := v.lastWrite.Load(); last != nil && last.due.After(now) {
+		return last.due.Sub(now), nil
 	}
 	return 0, nil
+}
+
+// untilSuccessFloor returns how long until the volume may be attempted again after its last
+// success: minWaitAfterSuccess after the key pair was written, whichever attempt wrote it (the
+// publish's or the loop's). It holds even when the new certificate is already due (signer or
+// clock skew), so that such a certificate never turns the loop into a hot loop, and a Requeue
+// does not cut it short.
+func (m *Manager) untilSuccessFloor(v *volume) time.Duration {
+	last := v.lastWrite.Load()
+	if last == nil {
+		return 0
+	}
+	return last.at.Add(minWaitAfterSuccess).Sub(m.clock.Now())
 }
 
 // waitKind says what a loop is waiting for, which decides what may end the wait early.

@@ -98,11 +98,8 @@ type volume struct {
 	requeue chan struct{}
 	// attempt is a one-slot semaphore: attempts for one volume never overlap.
 	attempt chan struct{}
-	// fallbackDue is the default next issuance time of the last success, used when
-	// WriteKeypair did not persist a future NextIssuanceTime.
-	fallbackDue atomic.Pointer[time.Time]
-	// lastRequest names the request of the last success, for the log.
-	lastRequest atomic.Pointer[string]
+	// lastWrite is the last key pair written for this registration; nil before the first.
+	lastWrite atomic.Pointer[keypairWrite]
 
 	// fence is held while WriteKeypair runs; fenced is set under it by UnmanageVolume, after
 	// which nothing writes for this registration any more.
@@ -116,6 +113,16 @@ type volume struct {
 	loopStarted bool
 	status      volumeStatus
 	watch       certificateWatch
+}
+
+// keypairWrite records a successful issuance of a volume.
+type keypairWrite struct {
+	// at is when the key pair was written, on the injected clock: the loop attempts the
+	// volume again no sooner than minWaitAfterSuccess after it.
+	at time.Time
+	// due is the certificate's default next issuance time, used when WriteKeypair did not
+	// persist a future NextIssuanceTime.
+	due time.Time
 }
 
 // NewManager validates opts, starts the informer on the node's CertificateRequests, waits for
