@@ -161,12 +161,13 @@ func (ns *nodeServer) recordMounted(id string) error {
 	return ns.store.WriteMetadata(id, stored)
 }
 
-// lockVolume waits until no other operation holds the volume. It gives up with Aborted a little
-// before the caller's deadline (a tenth of the remaining time, at most a second), so that the
-// caller receives Aborted rather than its own DeadlineExceeded.
+// lockVolume waits until no other operation holds the volume. It gives up with Aborted before
+// the caller's deadline, so that the caller receives Aborted rather than its own
+// DeadlineExceeded: a second before it, or half-way for a caller with less than two seconds
+// left, since the answer still has to reach the caller through a scheduler that may be busy.
 func (ns *nodeServer) lockVolume(ctx context.Context, id string) (func(), error) {
 	if deadline, ok := ctx.Deadline(); ok {
-		margin := min(time.Until(deadline)/10, time.Second)
+		margin := min(time.Until(deadline)/2, time.Second)
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-margin))
 		defer cancel()

@@ -657,6 +657,9 @@ func TestRestartWithUpstreamMetadata(t *testing.T) {
 	}
 }
 
+// busyCallDeadline is the deadline of the calls that find the volume busy.
+const busyCallDeadline = 2 * time.Second
+
 // TestBusyVolumeIsAborted: a call that cannot get the volume before its own deadline, because an
 // earlier call still holds it, gets Aborted and changes nothing.
 func TestBusyVolumeIsAborted(t *testing.T) {
@@ -668,11 +671,13 @@ func TestBusyVolumeIsAborted(t *testing.T) {
 		first <- err
 	}()
 	waitForRequest(t, opts)
-	_, err := cl.NodePublishVolume(ctxWithTimeout(t, 200*time.Millisecond), req)
+	// The deadline is the subject here: 2 s gives the node server's answer a full second to
+	// reach the client before the client's own deadline, on a busy machine too.
+	_, err := cl.NodePublishVolume(ctxWithTimeout(t, busyCallDeadline), req)
 	if status.Code(err) != codes.Aborted {
 		t.Fatalf("second call: %v, want Aborted", err)
 	}
-	_, err = cl.NodeUnpublishVolume(ctxWithTimeout(t, 200*time.Millisecond), &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: req.TargetPath})
+	_, err = cl.NodeUnpublishVolume(ctxWithTimeout(t, busyCallDeadline), &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: req.TargetPath})
 	if status.Code(err) != codes.Aborted {
 		t.Fatalf("unpublish during publish: %v, want Aborted", err)
 	}
