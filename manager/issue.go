@@ -479,6 +479,7 @@ func (m *Manager) dropKey(reqKey string) {
 // its private key (in memory and persisted) and its creation order.
 func (m *Manager) forgetRequest(reqKey string) {
 	m.dropKey(reqKey)
+	m.dropSweptKey(reqKey)
 	m.mu.Lock()
 	delete(m.created, reqKey)
 	m.mu.Unlock()

@@ -70,8 +70,12 @@ type Manager struct {
 	created    map[string]uint64
 	createdSeq uint64
 	// keyFileMu serialises reads and writes of persisted pending keys (see pendingkeys.go):
-	// informer events remove them while attempts write them.
+	// informer events remove them while attempts write them. It guards sweptKeys too.
 	keyFileMu sync.Mutex
+	// sweptKeys are the pending keys the store's start-up sweep kept, by volume ID: the request
+	// each belongs to. stopSweptKeyExpiry stops the end of their grace period.
+	sweptKeys          map[string]string
+	stopSweptKeyExpiry func() bool
 	// watchers are notified when the informer sees a change to a request, by request key.
 	watchers map[string]map[chan struct{}]struct{}
 	// stateCounts counts the managed volumes by state (see volumeStatus).
@@ -147,6 +151,7 @@ func NewManager(opts Options) (*Manager, error) {
 		podVolumes:   make(map[types.UID]map[string]struct{}),
 		pendingKeys:  make(map[string]pendingKey),
 		created:      make(map[string]uint64),
+		sweptKeys:    make(map[string]string),
 		watchers:     make(map[string]map[chan struct{}]struct{}),
 		stateCounts:  make(map[string]int),
 	}
@@ -178,6 +183,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("CertificateRequest informer did not sync: %w", err)
 	}
 
+	m.loadSweptKeys()
 	m.resumeMountedVolumes()
 	m.mu.Lock()
 	m.publishStatesLocked() // every state, zeros included, from the start
@@ -492,6 +498,9 @@ func (m *Manager) Stop() {
 		for _, v := range vols {
 			// Not cancelAndFence: Stop must not wait for a WriteKeypair.
 			v.cancel()
+		}
+		if m.stopSweptKeyExpiry != nil {
+			m.stopSweptKeyExpiry()
 		}
 		m.active.closeAndWait()
 		m.admission.close()

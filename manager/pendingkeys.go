@@ -6,8 +6,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/cert-manager/csi-lib/storage"
 )
@@ -60,19 +62,25 @@ func (m *Manager) readPersistedKey(ks storage.PendingKeyStore, volumeID string) 
 	if err != nil {
 		return "", nil, false, err
 	}
+	reqKey, key, err = decodePendingKey(data)
+	return reqKey, key, true, err
+}
+
+// decodePendingKey decodes a persisted key: the request its header names, and the key.
+func decodePendingKey(data []byte) (reqKey string, key crypto.Signer, err error) {
 	block, _ := pem.Decode(data)
 	if block == nil {
-		return "", nil, true, errors.New("persisted pending key is not PEM")
+		return "", nil, errors.New("persisted pending key is not PEM")
 	}
 	parsed, err := x509.ParsePKCS8PrivateKey(block.Bytes)
 	if err != nil {
-		return "", nil, true, fmt.Errorf("parsing persisted pending key: %w", err)
+		return "", nil, fmt.Errorf("parsing persisted pending key: %w", err)
 	}
 	signer, ok := parsed.(crypto.Signer)
 	if !ok {
-		return "", nil, true, fmt.Errorf("persisted pending key of type %T cannot sign", parsed)
+		return "", nil, fmt.Errorf("persisted pending key of type %T cannot sign", parsed)
 	}
-	return block.Headers[pendingKeyRequestHeader], signer, true, nil
+	return block.Headers[pendingKeyRequestHeader], signer, nil
 }
 
 // recoverPersistedKey looks for a persisted key for the volume's newest resumable request
@@ -88,7 +96,10 @@ func (m *Manager) recoverPersistedKey(v *volume, newest *cmapi.CertificateReques
 	defer m.keyFileMu.Unlock()
 	reqKey, key, found, err := m.readPersistedKey(ks, v.id)
 	if !found && err == nil {
-		return nil, false
+		if newest == nil || !m.adoptSweptKeyLocked(ks, v) {
+			return nil, false
+		}
+		reqKey, key, found, err = m.readPersistedKey(ks, v.id)
 	}
 	log := m.logFor(v)
 	remove := func(why string) {
@@ -144,4 +155,133 @@ func (m *Manager) removePersistedKey(volumeID, reqKey string) {
 			m.log.Error(err, "Removing a persisted pending key", "volume_id", volumeID, "request", reqKey)
 		}
 	}
+}
+
+// Swept keys: when the start-up sweep removed a volume whose publish never succeeded (the
+// driver stopped during its first issuance), a store that implements storage.SweptKeyStore
+// kept the volume's pending key. If the pod still exists, kubelet publishes the same volume ID
+// again, with a backoff that reaches about two minutes; that publish adopts the kept key (moves
+// it back into the volume) and resumes the volume's request instead of creating another. A kept
+// key is removed when its request is deleted or was already gone at start-up, and in any case
+// sweptKeyGrace after the manager started.
+
+// sweptKeyGrace is how long a kept key waits for its volume to be published again: more than
+// two of kubelet's longest retry intervals.
+const sweptKeyGrace = 5 * time.Minute
+
+// sweptKeys returns the store's SweptKeyStore, or nil if it has none.
+func (m *Manager) sweptKeyStore() storage.SweptKeyStore {
+	ss, _ := m.opts.MetadataReader.(storage.SweptKeyStore)
+	return ss
+}
+
+// loadSweptKeys learns which request each kept key belongs to, removes those whose request is
+// gone (the informer has synced) or that cannot be decoded, and arms the grace period's end.
+func (m *Manager) loadSweptKeys() {
+	ss := m.sweptKeyStore()
+	if ss == nil {
+		return
+	}
+	ids, err := ss.SweptPendingKeys()
+	if err != nil {
+		m.log.Error(err, "Cannot list the pending keys the start-up sweep kept")
+		return
+	}
+	m.keyFileMu.Lock()
+	defer m.keyFileMu.Unlock()
+	for _, id := range ids {
+		log := m.log.WithValues("volume_id", id)
+		data, err := ss.ReadSweptPendingKey(id)
+		if err != nil {
+			log.Error(err, "Cannot read a pending key the start-up sweep kept")
+			continue
+		}
+		reqKey, _, err := decodePendingKey(data)
+		if err == nil && !m.requestExists(reqKey) {
+			err = errors.New("its request no longer exists")
+		}
+		if err != nil {
+			m.removeSweptKeyLocked(ss, id, "request", reqKey, "reason", err.Error())
+			continue
+		}
+		m.sweptKeys[id] = reqKey
+		log.Info("Keeping the pending key of a removed volume until its volume is published again", "request", reqKey, "grace_period", sweptKeyGrace)
+	}
+	if len(m.sweptKeys) > 0 {
+		m.stopSweptKeyExpiry = m.afterFunc(sweptKeyGrace, m.expireSweptKeys)
+	}
+}
+
+// requestExists reports whether the informer's cache holds the request.
+func (m *Manager) requestExists(reqKey string) bool {
+	ns, name, err := cache.SplitMetaNamespaceKey(reqKey)
+	if err != nil || name == "" {
+		return false
+	}
+	_, err = m.lister.CertificateRequests(ns).Get(name)
+	return err == nil
+}
+
+// adoptSweptKeyLocked moves the key the sweep kept for v's volume ID back into the volume, so
+// that the attempt resumes the volume's request with it; m.keyFileMu is held. It reports
+// whether there was one.
+func (m *Manager) adoptSweptKeyLocked(ks storage.PendingKeyStore, v *volume) bool {
+	ss := m.sweptKeyStore()
+	if _, kept := m.sweptKeys[v.id]; !kept || ss == nil {
+		return false
+	}
+	delete(m.sweptKeys, v.id)
+	data, err := ss.ReadSweptPendingKey(v.id)
+	if err == nil {
+		err = ks.WritePendingKey(v.id, data)
+	}
+	if err != nil {
+		m.logFor(v).Error(err, "Cannot adopt the pending key the start-up sweep kept")
+		return false
+	}
+	if err := ss.RemoveSweptPendingKey(v.id); err != nil {
+		m.logFor(v).Error(err, "Removing an adopted swept pending key")
+	}
+	m.logFor(v).Info("Adopted the pending key the start-up sweep kept for this volume")
+	return true
+}
+
+// dropSweptKey removes the kept key that belongs to a deleted request, if any.
+func (m *Manager) dropSweptKey(reqKey string) {
+	ss := m.sweptKeyStore()
+	if ss == nil {
+		return
+	}
+	m.keyFileMu.Lock()
+	defer m.keyFileMu.Unlock()
+	for id, kept := range m.sweptKeys {
+		if kept == reqKey {
+			m.removeSweptKeyLocked(ss, id, "request", reqKey, "reason", "its request was deleted")
+		}
+	}
+}
+
+// expireSweptKeys removes every kept key still waiting when the grace period ends.
+func (m *Manager) expireSweptKeys() {
+	tr := m.active.track()
+	if tr == nil {
+		return
+	}
+	defer tr.done()
+	m.keyFileMu.Lock()
+	defer m.keyFileMu.Unlock()
+	for id, reqKey := range m.sweptKeys {
+		m.removeSweptKeyLocked(m.sweptKeyStore(), id, "request", reqKey, "reason", "its volume was not published again within the grace period")
+	}
+}
+
+// removeSweptKeyLocked removes a kept key and forgets it; m.keyFileMu is held.
+func (m *Manager) removeSweptKeyLocked(ss storage.SweptKeyStore, volumeID string, keysAndValues ...any) {
+	delete(m.sweptKeys, volumeID)
+	log := m.log.WithValues("volume_id", volumeID)
+	if err := ss.RemoveSweptPendingKey(volumeID); err != nil {
+		log.Error(err, "Removing a pending key the start-up sweep kept", keysAndValues...)
+		return
+	}
+	log.Info("Removed a pending key the start-up sweep kept", keysAndValues...)
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/pem"
 	"testing"
+	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/go-logr/logr/testr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cert-manager/csi-lib/internal/testkit"
@@ -137,4 +140,122 @@ func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
 		_, err := e.store.ReadPendingKey("v1")
 		return err == storage.ErrNotFound
 	})
+}
+
+// crashDuringFirstIssuance plays a driver stopped while the publish of v1 waits for its first
+// certificate, and the restart's start-up sweep: the never-mounted volume is removed and its
+// pending key kept aside. It returns the pending request and the restarted manager, whose
+// store is e.store.
+func crashDuringFirstIssuance(t *testing.T, e *env) (*cmapi.CertificateRequest, *Manager) {
+	t.Helper()
+	testkit.StampLikeAPIServer(e.client, e.clock.Now)
+	e.register("v1", false)
+	a := e.start()
+	publishAttempt(a, "v1")
+	pending := e.waitForPending()
+	e.waitInformerHas(pending)
+	a.Stop()
+	if res := e.store.Sweep(testr.New(t)); len(res.KeptPendingKeys) != 1 || len(res.RemovedNeverMounted) != 1 {
+		t.Fatalf("sweep = %+v; want v1 removed and its pending key kept", res)
+	}
+	b, err := NewManager(e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	e.m = b
+	return pending, b
+}
+
+// sweptKeyKept reports whether the store still keeps v1's swept pending key.
+func (e *env) sweptKeyKept() bool {
+	_, err := e.store.ReadSweptPendingKey("v1")
+	return err == nil
+}
+
+// TestPublishRetryAfterRestartResumesSweptVolume: the driver stops during a first issuance and
+// the start-up sweep removes the never-mounted volume; kubelet's retry of the publish (same
+// volume ID) resumes the held request with the kept key: one create in all.
+func TestPublishRetryAfterRestartResumesSweptVolume(t *testing.T) {
+	e := newEnv(t, nil)
+	pending, b := crashDuringFirstIssuance(t, e)
+	if !e.sweptKeyKept() {
+		t.Fatal("the restarted manager removed the kept key of a request that still exists")
+	}
+
+	e.register("v1", false)
+	_, done := publishAttempt(b, "v1")
+	issued := e.issuePending()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("publish retry: %v", err)
+		}
+	case <-time.After(pollTimeout):
+		t.Fatalf("the publish retry did not end once %s was issued", issued.Name)
+	}
+	if issued.Name != pending.Name {
+		t.Fatalf("the retry's request is %s, want the held %s", issued.Name, pending.Name)
+	}
+	if n := testkit.CountActions(e.client, "create"); n != 1 {
+		t.Fatalf("%d creates across the restart, want 1", n)
+	}
+	e.mu.Lock()
+	key := e.written["v1"][0]
+	e.mu.Unlock()
+	if !keyMatches(t, key, issued.Status.Certificate) {
+		t.Fatal("the key pair written is not the held request's certificate with its key")
+	}
+	if e.sweptKeyKept() {
+		t.Fatal("the adopted key is still kept aside")
+	}
+	e.poll("the adopted key to be removed after issuance", func() bool {
+		_, err := e.store.ReadPendingKey("v1")
+		return err == storage.ErrNotFound
+	})
+}
+
+// TestSweptKeyExpires: a kept key whose volume is not published again is removed exactly when
+// the grace period after start-up ends.
+func TestSweptKeyExpires(t *testing.T) {
+	e := newEnv(t, nil)
+	crashDuringFirstIssuance(t, e)
+	e.poll("the grace period's timer", func() bool { return e.clock.HasWaiters() })
+	e.clock.Step(sweptKeyGrace - time.Millisecond)
+	if !e.clock.HasWaiters() || !e.sweptKeyKept() {
+		t.Fatal("the kept key was removed before the grace period ended")
+	}
+	e.clock.Step(time.Millisecond)
+	e.poll("the kept key's removal at the end of the grace period", func() bool { return !e.sweptKeyKept() })
+}
+
+// TestSweptKeyGoesWithItsRequest: a kept key is removed when its request is deleted (the pod's
+// garbage collection), and at start-up when its request is already gone.
+func TestSweptKeyGoesWithItsRequest(t *testing.T) {
+	e := newEnv(t, nil)
+	pending, b := crashDuringFirstIssuance(t, e)
+	if err := e.client.CertmanagerV1().CertificateRequests(pending.Namespace).Delete(context.Background(), pending.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.poll("the kept key's removal with its request", func() bool { return !e.sweptKeyKept() })
+	b.Stop()
+
+	// Gone before the start: a key kept for a request that no longer exists is removed then.
+	e2 := newEnv(t, nil)
+	pending, b = crashDuringFirstIssuance(t, e2)
+	b.Stop()
+	if err := e2.client.CertmanagerV1().CertificateRequests(pending.Namespace).Delete(context.Background(), pending.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !e2.sweptKeyKept() {
+		t.Fatal("a stopped manager removed the kept key")
+	}
+	c, err := NewManager(e2.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	if e2.sweptKeyKept() {
+		t.Fatal("NewManager kept a swept key whose request no longer exists")
+	}
 }

@@ -100,7 +100,7 @@ func testMeta(id string) metadata.Metadata {
 	}
 }
 
-var invalidVolumeIDs = []string{"", ".", "..", "../x", "a/../../b", "/abs", "a/b", "x\x00y", strings.Repeat("a", 256), "\xff\xfe", "a\xc3"}
+var invalidVolumeIDs = []string{"", ".", "..", sweptKeysName, "../x", "a/../../b", "/abs", "a/b", "x\x00y", strings.Repeat("a", 256), "\xff\xfe", "a\xc3"}
 
 func TestValidateVolumeID(t *testing.T) {
 	for _, id := range invalidVolumeIDs {
@@ -337,6 +337,67 @@ func TestConformanceSweep(t *testing.T) {
 		res = s.sweep()
 		if len(res.RemovedNeverMounted)+len(res.RemovedWithoutMetadata) != 0 || res.Kept != 2 {
 			t.Errorf("second sweep = %+v", res)
+		}
+	})
+}
+
+// TestConformanceSweepKeepsPendingKeys: the sweep sets a removed volume's pending key aside
+// (a mounted volume's stays where it is), the kept key is listed, read and removed through
+// SweptKeyStore, and the place it is kept in is never taken for a volume.
+func TestConformanceSweepKeepsPendingKeys(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		keys := s.store.(PendingKeyStore)
+		swept := s.store.(SweptKeyStore)
+		for _, id := range []string{"never", "never-no-key", "live"} {
+			if _, err := s.store.RegisterMetadata(testMeta(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.store.(MountRecorder).SetMounted("live"); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"never", "live"} {
+			if err := keys.WritePendingKey(id, []byte("key of "+id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ids, err := swept.SweptPendingKeys(); err != nil || len(ids) != 0 {
+			t.Fatalf("swept keys before any sweep = %v, %v", ids, err)
+		}
+
+		res := s.sweep()
+		if got := strings.Join(res.KeptPendingKeys, ","); got != "never" {
+			t.Errorf("KeptPendingKeys = %q, want never", got)
+		}
+		if ids, err := swept.SweptPendingKeys(); err != nil || strings.Join(ids, ",") != "never" {
+			t.Fatalf("SweptPendingKeys = %v, %v; want [never]", ids, err)
+		}
+		if data, err := swept.ReadSweptPendingKey("never"); err != nil || string(data) != "key of never" {
+			t.Fatalf("ReadSweptPendingKey(never) = %q, %v", data, err)
+		}
+		if _, err := swept.ReadSweptPendingKey("live"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("ReadSweptPendingKey(live) = %v, want ErrNotFound", err)
+		}
+		if data, err := keys.ReadPendingKey("live"); err != nil || string(data) != "key of live" {
+			t.Errorf("the mounted volume's own key = %q, %v", data, err)
+		}
+		ids, _ := s.store.ListVolumes()
+		if got := strings.Join(ids, ","); got != "live" {
+			t.Errorf("volumes after sweep = %q, want live (the kept keys are no volume)", got)
+		}
+		// A second sweep keeps the kept key and finds nothing to remove.
+		if res := s.sweep(); len(res.RemovedWithoutMetadata)+len(res.RemovedNeverMounted) != 0 {
+			t.Errorf("second sweep = %+v", res)
+		}
+
+		if err := swept.RemoveSweptPendingKey("never"); err != nil {
+			t.Fatal(err)
+		}
+		if err := swept.RemoveSweptPendingKey("never"); err != nil {
+			t.Errorf("removing a removed key: %v", err)
+		}
+		if ids, _ := swept.SweptPendingKeys(); len(ids) != 0 {
+			t.Errorf("swept keys after removal = %v", ids)
 		}
 	})
 }

@@ -37,7 +37,9 @@
 //
 // Both stores implement PendingKeyStore: the private key of a volume's pending
 // CertificateRequest is kept beside its metadata (never in the bind-mounted data directory), so
-// a restarted manager resumes the request instead of creating another.
+// a restarted manager resumes the request instead of creating another. They implement
+// SweptKeyStore too: the sweep keeps the pending key of a never-mounted volume it removes, so
+// that kubelet's retry of that volume's publish resumes the request as well.
 //
 // They do not guarantee that a reader of the data files sees a consistent set unless it reads
 // through the "..data" directory (or the visible names, which are symlinks through it).

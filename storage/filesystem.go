@@ -33,6 +33,8 @@ const (
 	metadataMode    = 0o600
 	generationMode  = 0o755
 	projectFileMode = 0o440
+	// sweptKeysDirMode: the swept pending keys are as private as the volume directories.
+	sweptKeysDirMode = 0o700
 )
 
 // FilesystemOptions configures NewFilesystemWithOptions. The zero value gives NewFilesystem's
@@ -91,6 +93,7 @@ var (
 	_ Interface       = &Filesystem{}
 	_ MountRecorder   = &Filesystem{}
 	_ PendingKeyStore = &Filesystem{}
+	_ SweptKeyStore   = &Filesystem{}
 )
 
 // NewFilesystem returns a store rooted at <baseDir>/inmemfs, mounting a tmpfs there unless one is
@@ -148,6 +151,10 @@ func (f *Filesystem) ensureTmpfs() error {
 func (f *Filesystem) StartupSweep() SweepResult { return f.state.startupSweep }
 
 func (f *Filesystem) volumeDir(volumeID string) string { return filepath.Join(f.root, volumeID) }
+
+// sweptKeysDir is where the start-up sweep keeps removed volumes' pending keys, one file per
+// volume ID (see SweptKeyStore).
+func (f *Filesystem) sweptKeysDir() string { return filepath.Join(f.root, sweptKeysName) }
 
 func (f *Filesystem) dataDir(volumeID string) string {
 	return filepath.Join(f.root, volumeID, dataDirName)
@@ -465,6 +472,63 @@ func (f *Filesystem) RemovePendingKey(volumeID string) error {
 		return err
 	}
 	err := os.Remove(filepath.Join(f.volumeDir(volumeID), pendingKeyFileName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// SweptPendingKeys returns the IDs of the volumes whose pending key the start-up sweep kept, in
+// name order; nil when there are none.
+func (f *Filesystem) SweptPendingKeys() ([]string, error) {
+	if err := checkDir(f.sweptKeysDir()); errors.Is(err, ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(f.sweptKeysDir())
+	if err != nil {
+		return nil, fmt.Errorf("listing swept pending keys: %w", err)
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.Type().IsRegular() && ValidateVolumeID(e.Name()) == nil {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// ReadSweptPendingKey returns the pending key the sweep kept for a removed volume; ErrNotFound
+// if there is none.
+func (f *Filesystem) ReadSweptPendingKey(volumeID string) ([]byte, error) {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return nil, err
+	}
+	if err := checkDir(f.sweptKeysDir()); err != nil {
+		return nil, fmt.Errorf("reading swept pending key of volume %q: %w", volumeID, err)
+	}
+	root, err := os.OpenRoot(f.sweptKeysDir())
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	data, err := root.ReadFile(volumeID)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("reading swept pending key of volume %q: %w", volumeID, ErrNotFound)
+	}
+	return data, err
+}
+
+// RemoveSweptPendingKey removes the pending key the sweep kept for a removed volume; removing
+// none succeeds.
+func (f *Filesystem) RemoveSweptPendingKey(volumeID string) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	unlock := f.state.locks.LockNoContext(volumeID)
+	defer unlock()
+	err := os.Remove(filepath.Join(f.sweptKeysDir(), volumeID))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}

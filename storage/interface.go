@@ -77,6 +77,26 @@ type PendingKeyStore interface {
 	RemovePendingKey(volumeID string) error
 }
 
+// SweptKeyStore is implemented by stores whose start-up sweep keeps the pending key of a
+// never-mounted volume it removes, outside any volume directory (Filesystem: on its tmpfs, mode
+// 0600). The driver was stopped during the volume's first issuance; if the pod still exists,
+// kubelet publishes the same volume ID again, and the kept key lets that publish resume the
+// volume's pending request instead of creating another. The manager decides what happens to a
+// kept key: it moves it back into the volume when the volume ID is published again, and removes
+// it once its request is gone or a grace period after start-up has passed.
+type SweptKeyStore interface {
+	// SweptPendingKeys returns the IDs of the volumes whose pending key a sweep kept.
+	SweptPendingKeys() ([]string, error)
+	// ReadSweptPendingKey returns a kept key; ErrNotFound if there is none for the volume.
+	ReadSweptPendingKey(volumeID string) ([]byte, error)
+	// RemoveSweptPendingKey removes a kept key; removing none succeeds.
+	RemoveSweptPendingKey(volumeID string) error
+}
+
+// sweptKeysName names where a store keeps swept volumes' pending keys (Filesystem: a directory
+// beside the volume directories). It is reserved: no volume may have it as its ID.
+const sweptKeysName = "..swept-pending-keys"
+
 // DataWriter writes the files of a volume.
 type DataWriter interface {
 	// WriteFiles writes the data files of a volume (Filesystem: the whole set at once, as a
@@ -112,10 +132,14 @@ const (
 )
 
 // ValidateVolumeID checks that id can safely be used as one path element: valid UTF-8, not
-// empty, not "." or "..", no "/" or NUL byte, at most 255 bytes. The error wraps
-// ErrInvalidVolumeID.
+// empty, not "." or "..", no "/" or NUL byte, at most 255 bytes, and not the name reserved for
+// swept pending keys ("..swept-pending-keys"). The error wraps ErrInvalidVolumeID.
 func ValidateVolumeID(id string) error {
-	if err := validateName(id); err != nil {
+	err := validateName(id)
+	if err == nil && id == sweptKeysName {
+		err = errors.New("is reserved for the pending keys the start-up sweep keeps")
+	}
+	if err != nil {
 		return fmt.Errorf("%w %q: %s", ErrInvalidVolumeID, id, err)
 	}
 	return nil

@@ -28,6 +28,8 @@ type MemoryFS struct {
 
 	mu      sync.RWMutex
 	volumes map[string]*memVolume
+	// sweptKeys are the pending keys Sweep kept from the volumes it removed, by volume ID.
+	sweptKeys map[string][]byte
 }
 
 type memVolume struct {
@@ -41,6 +43,7 @@ var (
 	_ Interface       = &MemoryFS{}
 	_ MountRecorder   = &MemoryFS{}
 	_ PendingKeyStore = &MemoryFS{}
+	_ SweptKeyStore   = &MemoryFS{}
 )
 
 // update runs f on an existing volume under the write lock: ErrInvalidVolumeID for a hostile
@@ -268,6 +271,61 @@ func (m *MemoryFS) Sweep(log logr.Logger) SweepResult {
 		_, ok := m.volumes[id]
 		return ok
 	}, nil)
+}
+
+// keepPendingKey sets a volume's pending key aside among the swept keys; see sweepStore.
+func (m *MemoryFS) keepPendingKey(volumeID string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.volumes[volumeID]
+	if !ok || v.pendingKey == nil {
+		return false, nil
+	}
+	if m.sweptKeys == nil {
+		m.sweptKeys = make(map[string][]byte)
+	}
+	m.sweptKeys[volumeID] = v.pendingKey
+	v.pendingKey = nil
+	return true, nil
+}
+
+// SweptPendingKeys returns the IDs of the volumes whose pending key Sweep kept, in map order;
+// nil when there are none.
+func (m *MemoryFS) SweptPendingKeys() ([]string, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var ids []string
+	for id := range m.sweptKeys {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// ReadSweptPendingKey returns the pending key Sweep kept for a removed volume; ErrNotFound if
+// there is none.
+func (m *MemoryFS) ReadSweptPendingKey(volumeID string) ([]byte, error) {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	data, ok := m.sweptKeys[volumeID]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return append([]byte(nil), data...), nil
+}
+
+// RemoveSweptPendingKey removes the pending key Sweep kept for a removed volume; removing none
+// succeeds.
+func (m *MemoryFS) RemoveSweptPendingKey(volumeID string) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.sweptKeys, volumeID)
+	return nil
 }
 
 // WritePendingKey replaces the volume's pending key (kept beside its files, not among them).

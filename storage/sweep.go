@@ -27,6 +27,9 @@ type SweepResult struct {
 	Unreadable []string
 	// Failed are volumes that should have been removed but could not be; they were left alone.
 	Failed []string
+	// KeptPendingKeys are removed never-mounted volumes whose pending key was kept for a
+	// publish of the same volume ID to resume (see SweptKeyStore).
+	KeptPendingKeys []string
 	// Kept is the number of mounted volumes left in place.
 	Kept int
 	// RemovedLeftovers are files a crash left inside kept volumes, as "<volume ID>/<path>":
@@ -43,6 +46,27 @@ func (f *Filesystem) Sweep() SweepResult {
 		_, err := os.Stat(f.volumeDir(id))
 		return err == nil
 	}, f.removeCrashLeftovers)
+}
+
+// keepPendingKey moves a volume's pending key, if it has one, out of the volume's directory
+// into the directory of swept keys (see SweptKeyStore). It reports whether there was one.
+func (f *Filesystem) keepPendingKey(id string) (bool, error) {
+	unlock := f.state.locks.LockNoContext(id)
+	defer unlock()
+	src := filepath.Join(f.volumeDir(id), pendingKeyFileName)
+	if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err := os.Mkdir(f.sweptKeysDir(), sweptKeysDirMode); err != nil && !errors.Is(err, os.ErrExist) {
+		return false, err
+	}
+	if err := checkDir(f.sweptKeysDir()); err != nil {
+		return false, err
+	}
+	if err := os.Rename(src, filepath.Join(f.sweptKeysDir(), id)); err != nil {
+		return false, err
+	}
+	return true, syncDir(f.sweptKeysDir())
 }
 
 // removeCrashLeftovers removes what a crash left inside a kept volume: temporary files of
@@ -84,10 +108,14 @@ func (f *Filesystem) removeCrashLeftovers(id string) ([]string, error) {
 type sweepStore interface {
 	MetadataReader
 	RemoveVolume(volumeID string) error
+	// keepPendingKey sets a never-mounted volume's pending key aside before the volume is
+	// removed (see SweptKeyStore); it reports whether the volume had one.
+	keepPendingKey(volumeID string) (bool, error)
 }
 
-// sweep removes never-mounted volumes and volumes without metadata from store; for every kept
-// volume it calls tidy (nil: nothing to tidy) to remove what a crash left inside it.
+// sweep removes never-mounted volumes (keeping their pending keys aside) and volumes without
+// metadata from store; for every kept volume it calls tidy (nil: nothing to tidy) to remove
+// what a crash left inside it.
 func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, exists func(string) bool, tidy func(id string) ([]string, error)) SweepResult {
 	var res SweepResult
 	log = log.WithName("sweep")
@@ -133,6 +161,12 @@ func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, exists fu
 			if unmounted {
 				res.UnmountedTargets = append(res.UnmountedTargets, meta.TargetPath)
 			}
+			// Losing the key only costs kubelet's retry a new request: go on without it.
+			if kept, err := store.keepPendingKey(id); err != nil {
+				log.Error(err, "Cannot keep the pending key of a never-published volume; a publish retry will create a new request", "volume_id", id)
+			} else if kept {
+				res.KeptPendingKeys = append(res.KeptPendingKeys, id)
+			}
 			if err := store.RemoveVolume(id); err != nil {
 				log.Error(err, "Cannot remove never-published volume", "volume_id", id)
 				res.Failed = append(res.Failed, id)
@@ -142,7 +176,7 @@ func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, exists fu
 			res.RemovedNeverMounted = append(res.RemovedNeverMounted, id)
 		}
 	}
-	log.Info("Start-up sweep done", "kept", res.Kept, "removed_leftovers", len(res.RemovedLeftovers), "removed_without_metadata", len(res.RemovedWithoutMetadata),
+	log.Info("Start-up sweep done", "kept", res.Kept, "kept_pending_keys", len(res.KeptPendingKeys), "removed_leftovers", len(res.RemovedLeftovers), "removed_without_metadata", len(res.RemovedWithoutMetadata),
 		"removed_never_mounted", len(res.RemovedNeverMounted), "unreadable", len(res.Unreadable), "failed", len(res.Failed))
 	return res
 }

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/manager"
+	"github.com/cert-manager/csi-lib/storage"
 )
 
 // TestPublishRetryResumesPendingRequest: a signer slower than kubelet's publish deadline. Each
@@ -125,4 +127,52 @@ func TestRestartResumesPendingRenewal(t *testing.T) {
 		_, err := os.Stat(keyFile)
 		return errors.Is(err, fs.ErrNotExist)
 	})
+}
+
+// TestPublishRetryAfterRestartResumesSweptVolume: the driver stops while a publish waits for its
+// first certificate, and the pod lives on. The restarted node's start-up sweep removes the
+// never-mounted volume but keeps its pending key aside; kubelet's retry of the publish resumes
+// the held request with it. One CertificateRequest is created in all.
+func TestPublishRetryAfterRestartResumesSweptVolume(t *testing.T) {
+	ns := newNamespace(t)
+	pod := newPod(t, ns, "restart-first-issuance")
+	base := t.TempDir()
+	crashed := make(chan struct{})
+	a := startNode(t, nodeConfig{baseDir: base, wrapStore: func(fs *storage.Filesystem) storage.Interface {
+		return &crashStore{Filesystem: fs, crashed: crashed}
+	}})
+	req := publishRequest(t, pod, "csi-swept")
+	go func() { _, _ = a.client.NodePublishVolume(context.Background(), req) }()
+	var held string
+	poll(t, "the first issuance's request", func() bool {
+		if reqs := requestsIn(t, cm, ns); len(reqs) == 1 {
+			held = reqs[0].Name
+		}
+		return held != ""
+	})
+	keyFile := filepath.Join(base, "inmemfs", "csi-swept", "pending-key.pem")
+	poll(t, "the pending key file", func() bool { _, err := os.Stat(keyFile); return err == nil })
+	close(crashed)
+	a.stop()
+
+	b := startNode(t, nodeConfig{baseDir: base})
+	res := b.fs.StartupSweep()
+	if len(res.RemovedNeverMounted) != 1 || len(res.KeptPendingKeys) != 1 || res.KeptPendingKeys[0] != "csi-swept" {
+		t.Fatalf("start-up sweep = %+v; want csi-swept removed and its pending key kept", res)
+	}
+	runSigner(t, ns, newCA(t))
+	if _, err := b.client.NodePublishVolume(ctxTimeout(t, pollTimeout), req); err != nil {
+		t.Fatalf("publish retry after the restart: %v", err)
+	}
+	reqs := requestsIn(t, cm, ns)
+	if len(reqs) != 1 || reqs[0].Name != held {
+		t.Fatalf("%d requests after the retry, want only the held %q", len(reqs), held)
+	}
+	chain, err := b.fs.ReadFile("csi-swept", "tls.crt")
+	if err != nil || !bytes.Equal(chain, reqs[0].Status.Certificate) {
+		t.Fatalf("the volume's certificate is not the held request's: %v", err)
+	}
+	if ids, _ := b.fs.SweptPendingKeys(); len(ids) != 0 {
+		t.Fatalf("swept keys left after the retry adopted its key: %v", ids)
+	}
 }
