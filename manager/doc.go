@@ -42,7 +42,10 @@
 // Options.RenewalJitter spreads renewals over a window before the default renewal point.
 //
 // With a store that implements storage.PendingKeyStore, the key of a pending request is also
-// persisted beside the volume's metadata, so a restarted manager resumes the request too.
+// persisted beside the volume's metadata, so a restarted manager resumes the request too. With
+// one that implements storage.SweptKeyStore, the key of a volume the start-up sweep removed
+// (its first publish was in flight when the driver stopped) waits, for five minutes after
+// start-up, for kubelet to publish that volume again, and that publish resumes the request.
 //
 // With Options.EventRecorder set, the Manager records Kubernetes Events on each volume's Pod:
 // certificate issued or renewed, an attempt failed (with the next attempt's time), the gate
