@@ -228,82 +228,72 @@ func TestDefaultNextIssuanceTimeIsUpstreams(t *testing.T) {
 	}
 }
 
-// TestAlreadyDueCertificateWaitsASecond: a signer that returns a certificate already past its
-// renewal point must not turn the loop into a hot loop: it waits 1 s on the clock. With a clock
-// that is never stepped there is exactly one issuance.
+// issueAlreadyDue signs the pending request with a certificate valid from 2 h ago for 1 h: its
+// renewal point passed 80 minutes ago.
+func (e *env) issueAlreadyDue() {
+	e.t.Helper()
+	req := e.waitForPending()
+	if _, err := testkit.Issue(context.Background(), e.client, e.ca, req, e.clock.Now().Add(-2*time.Hour)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// expectRenewalAfter steps through a wait of exactly d, after which the loop attempts a
+// renewal (its 60 s deadline timer).
+func (e *env) expectRenewalAfter(d time.Duration) {
+	e.t.Helper()
+	e.stepWait(d)
+	if got := e.nextTimer(); got != issueTimeout {
+		e.t.Fatalf("after %v, expected a renewal attempt, got a %v timer", d, got)
+	}
+}
+
+// TestAlreadyDueCertificateWaitsASecond: a certificate already past its renewal point when it
+// is written must not turn the loop into a hot loop: the volume is not attempted again until
+// the clock has moved 1 s, with a clock that is never stepped, exactly one issuance. It holds
+// whichever attempt wrote the certificate (the background loop's, or the publish's: drivers'
+// tests sign with certificates from 1970 and never step the clock, and upstream's loop, which
+// waits for its next tick, gives them one request), and a Requeue within the second does not
+// cut it short (a driver requeueing on every pod update).
 func TestAlreadyDueCertificateWaitsASecond(t *testing.T) {
-	e := newEnv(t, nil)
-	e.register("v1", true)
-	e.start()
-	if d := e.nextTimer(); d != issueTimeout {
-		t.Fatalf("expected an attempt, got %v", d)
-	}
-	req := e.waitForPending()
-	// Valid from 2 h ago for 1 h: renewal was due 80 minutes ago.
-	if _, err := testkit.Issue(context.Background(), e.client, e.ca, req, e.clock.Now().Add(-2*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	e.expectWait(minWaitAfterSuccess)
-	if got := e.counter(issueCalls, "v1"); got != 1 {
-		t.Fatalf("%v attempts before the clock moved, want 1", got)
-	}
-	e.stepWait(minWaitAfterSuccess)
-	if d := e.nextTimer(); d != issueTimeout {
-		t.Fatalf("after the second, expected a renewal attempt, got %v", d)
-	}
-}
-
-// TestPublishedAlreadyDueCertificateWaitsASecond: the 1 s floor after a success holds for the
-// publish's own attempt too. Drivers' tests sign with certificates long past their renewal
-// point and never step the clock; they must see exactly one request, as upstream's loop (which
-// waits for its next tick) gives them.
-func TestPublishedAlreadyDueCertificateWaitsASecond(t *testing.T) {
-	e := newEnv(t, nil)
-	e.register("v1", false)
-	m := e.start()
-	_, done := publishAttempt(m, "v1")
-	req := e.waitForPending()
-	if _, err := testkit.Issue(context.Background(), e.client, e.ca, req, e.clock.Now().Add(-2*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("publish: %v", err)
-	}
-	e.expectWait(minWaitAfterSuccess)
-	if got, n := e.counter(issueCalls, "v1"), len(e.requests()); got != 1 || n != 1 {
-		t.Fatalf("%v attempts and %d requests before the clock moved, want 1 and 1", got, n)
-	}
-	e.stepWait(minWaitAfterSuccess)
-	if d := e.nextTimer(); d != issueTimeout {
-		t.Fatalf("after the second, expected a renewal attempt, got %v", d)
-	}
-}
-
-// TestRequeueDoesNotCutTheFloorAfterASuccess: a Requeue during the wait after a success makes
-// the loop re-evaluate, and it waits out the rest of the second rather than attempting at once
-// (a driver requeueing on every pod update must not turn an already-due certificate into a hot
-// loop).
-func TestRequeueDoesNotCutTheFloorAfterASuccess(t *testing.T) {
-	e := newEnv(t, nil)
-	e.register("v1", true)
-	m := e.start()
-	if d := e.nextTimer(); d != issueTimeout {
-		t.Fatalf("expected an attempt, got %v", d)
-	}
-	req := e.waitForPending()
-	if _, err := testkit.Issue(context.Background(), e.client, e.ca, req, e.clock.Now().Add(-2*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	e.expectWait(minWaitAfterSuccess)
-	e.clock.Step(400 * time.Millisecond)
-	m.Requeue("v1")
-	e.expectWait(600 * time.Millisecond)
-	if got := e.counter(issueCalls, "v1"); got != 1 {
-		t.Fatalf("%v attempts after a Requeue within the second, want 1", got)
-	}
-	e.stepWait(600 * time.Millisecond)
-	if d := e.nextTimer(); d != issueTimeout {
-		t.Fatalf("after the second, expected a renewal attempt, got %v", d)
+	for _, tc := range []struct {
+		name    string
+		publish bool
+		requeue bool
+	}{
+		{name: "loop"},
+		{name: "publish", publish: true},
+		{name: "loop, requeued within the second", requeue: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			e.register("v1", !tc.publish)
+			m := e.start()
+			if tc.publish {
+				_, done := publishAttempt(m, "v1")
+				e.issueAlreadyDue()
+				if err := <-done; err != nil {
+					t.Fatalf("publish: %v", err)
+				}
+			} else {
+				if d := e.nextTimer(); d != issueTimeout {
+					t.Fatalf("expected an attempt, got %v", d)
+				}
+				e.issueAlreadyDue()
+			}
+			e.expectWait(minWaitAfterSuccess)
+			rest := minWaitAfterSuccess
+			if tc.requeue {
+				e.clock.Step(400 * time.Millisecond)
+				m.Requeue("v1")
+				rest -= 400 * time.Millisecond
+				e.expectWait(rest)
+			}
+			if got, n := e.counter(issueCalls, "v1"), len(e.requests()); got != 1 || n != 1 {
+				t.Fatalf("%v attempts and %d requests before the clock moved 1 s, want 1 and 1", got, n)
+			}
+			e.expectRenewalAfter(rest)
+		})
 	}
 }
 

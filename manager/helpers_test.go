@@ -20,8 +20,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/clock"
-	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/metadata"
@@ -29,30 +27,12 @@ import (
 	"github.com/cert-manager/csi-lib/storage"
 )
 
-// recordingClock is a fake clock that reports the duration of every timer the manager creates,
-// so a test can assert the exact wait the loop chose. The report is sent before the timer is
-// registered with the fake clock.
-type recordingClock struct {
-	*testclock.FakeClock
-	timers chan time.Duration
-}
-
-func (c *recordingClock) NewTimer(d time.Duration) clock.Timer {
-	c.timers <- d
-	return c.FakeClock.NewTimer(d)
-}
-
-func (c *recordingClock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	c.timers <- d
-	return c.FakeClock.AfterFunc(d, f)
-}
-
 const pollTimeout = 10 * time.Second
 
 // env is one manager on a fake clientset, a MemoryFS, and a recording fake clock.
 type env struct {
 	t        *testing.T
-	clock    *recordingClock
+	clock    *testkit.RecordingClock
 	client   *fake.Clientset
 	store    *storage.MemoryFS
 	ca       *testkit.CA
@@ -84,7 +64,7 @@ func newEnv(t *testing.T, configure func(*Options)) *env {
 	}
 	e := &env{
 		t:        t,
-		clock:    &recordingClock{FakeClock: testclock.NewFakeClock(start), timers: make(chan time.Duration, 1000)},
+		clock:    testkit.NewRecordingClock(start),
 		client:   fake.NewClientset(),
 		store:    storage.NewMemoryFS(),
 		ca:       ca,
@@ -206,13 +186,7 @@ func (e *env) register(id string, mounted bool) metadata.Metadata {
 // nextTimer returns the duration of the next timer the manager creates.
 func (e *env) nextTimer() time.Duration {
 	e.t.Helper()
-	select {
-	case d := <-e.clock.timers:
-		return d
-	case <-time.After(pollTimeout):
-		e.t.Fatal("timed out waiting for the manager to start a timer")
-		return 0
-	}
+	return e.clock.NextTimer(e.t, pollTimeout)
 }
 
 // expectAttemptThenWait asserts that the loop makes one attempt (its 60 s deadline timer) and
@@ -239,8 +213,8 @@ func (e *env) expectWait(want time.Duration) {
 func (e *env) stepNotYet(d time.Duration) {
 	e.t.Helper()
 	e.clock.Step(d - time.Millisecond)
-	if w := e.clock.Waiters(); w != 1 || len(e.clock.timers) != 0 {
-		e.t.Fatalf("the loop woke before %v had passed (waiters %d, new timers %d)", d, w, len(e.clock.timers))
+	if w := e.clock.Waiters(); w != 1 || len(e.clock.Timers) != 0 {
+		e.t.Fatalf("the loop woke before %v had passed (waiters %d, new timers %d)", d, w, len(e.clock.Timers))
 	}
 }
 

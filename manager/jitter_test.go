@@ -87,8 +87,8 @@ func TestRenewalJitterEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Stop()
-	for len(e.clock.timers) > 0 {
-		<-e.clock.timers
+	for len(e.clock.Timers) > 0 {
+		<-e.clock.Timers
 	}
 	restarted, err := NewManager(e.opts)
 	if err != nil {

@@ -10,8 +10,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"k8s.io/utils/clock"
-	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/manager"
@@ -57,33 +55,6 @@ func TestPublishWithoutVolumeCapability(t *testing.T) {
 	}
 }
 
-// timerClock is a fake clock that reports the duration of every timer the manager creates.
-type timerClock struct {
-	*testclock.FakeClock
-	timers chan time.Duration
-}
-
-func (c *timerClock) NewTimer(d time.Duration) clock.Timer {
-	c.timers <- d
-	return c.FakeClock.NewTimer(d)
-}
-
-func (c *timerClock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	c.timers <- d
-	return c.FakeClock.AfterFunc(d, f)
-}
-
-func (c *timerClock) nextTimer(t *testing.T) time.Duration {
-	t.Helper()
-	select {
-	case d := <-c.timers:
-		return d
-	case <-time.After(pollTimeout):
-		t.Fatal("timed out waiting for the manager to start a timer")
-		return 0
-	}
-}
-
 // TestAlreadyDueCertificateOnANeverSteppedClock is upstream's metrics test as drivers copy it:
 // a certificate valid from Unix 0 to Unix 300 (renewal point Unix 200, long past), a fake clock
 // that nobody steps, every request signed as soon as it exists. Upstream's loop waits for its
@@ -97,7 +68,7 @@ func TestAlreadyDueCertificateOnANeverSteppedClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &timerClock{FakeClock: testclock.NewFakeClock(time.Now()), timers: make(chan time.Duration, 100)}
+	clk := testkit.NewRecordingClock(time.Now())
 	reg := prometheus.NewRegistry()
 	opts, cl, _ := testdriver.Run(t, testdriver.Options{
 		Clock:   clk,
@@ -112,7 +83,7 @@ func TestAlreadyDueCertificateOnANeverSteppedClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The publish's attempt starts no timer; the first is the loop's wait after the success.
-	if d := clk.nextTimer(t); d != time.Second {
+	if d := clk.NextTimer(t, pollTimeout); d != time.Second {
 		t.Fatalf("after the publish the loop set a %v timer; want its 1 s wait (a 60 s one is a renewal attempt)", d)
 	}
 	poll(t, "the loop to wait on the clock", clk.HasWaiters)
@@ -125,7 +96,7 @@ func TestAlreadyDueCertificateOnANeverSteppedClock(t *testing.T) {
 	}
 
 	clk.Step(time.Second - time.Millisecond)
-	if n := len(clk.timers); n != 0 || creates() != 1 {
+	if n := len(clk.Timers); n != 0 || creates() != 1 {
 		t.Fatal("the loop renewed before the clock had moved 1 s")
 	}
 	clk.Step(time.Millisecond)

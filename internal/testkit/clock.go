@@ -1,0 +1,45 @@
+package testkit
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/utils/clock"
+	testclock "k8s.io/utils/clock/testing"
+)
+
+// RecordingClock is a fake clock that reports the duration of every timer created on it (by
+// NewTimer or AfterFunc) on Timers, before the timer is registered with the fake clock, so a
+// test can assert the exact wait the code under test chose.
+type RecordingClock struct {
+	*testclock.FakeClock
+	Timers chan time.Duration
+}
+
+// NewRecordingClock returns a RecordingClock at now that can hold 1000 unread reports.
+func NewRecordingClock(now time.Time) *RecordingClock {
+	return &RecordingClock{FakeClock: testclock.NewFakeClock(now), Timers: make(chan time.Duration, 1000)}
+}
+
+func (c *RecordingClock) NewTimer(d time.Duration) clock.Timer {
+	c.Timers <- d
+	return c.FakeClock.NewTimer(d)
+}
+
+func (c *RecordingClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	c.Timers <- d
+	return c.FakeClock.AfterFunc(d, f)
+}
+
+// NextTimer returns the duration of the next timer created, failing t if none is created
+// within timeout.
+func (c *RecordingClock) NextTimer(t testing.TB, timeout time.Duration) time.Duration {
+	t.Helper()
+	select {
+	case d := <-c.Timers:
+		return d
+	case <-time.After(timeout):
+		t.Fatal("timed out waiting for a timer to be created")
+		return 0
+	}
+}
