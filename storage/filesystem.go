@@ -446,14 +446,27 @@ func (f *Filesystem) ReadPendingKey(volumeID string) ([]byte, error) {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return nil, err
 	}
-	root, err := f.openVolume(volumeID)
+	data, err := readFileIn(f.volumeDir(volumeID), pendingKeyFileName)
 	if err != nil {
 		return nil, fmt.Errorf("reading pending key of volume %q: %w", volumeID, err)
 	}
+	return data, nil
+}
+
+// readFileIn reads the file name in the real directory dir through an os.Root, so that nothing
+// resolves outside dir. A missing directory or file is an error matching ErrNotFound.
+func readFileIn(dir, name string) ([]byte, error) {
+	if err := checkDir(dir); err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
 	defer root.Close()
-	data, err := root.ReadFile(pendingKeyFileName)
+	data, err := root.ReadFile(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("reading pending key of volume %q: %w", volumeID, ErrNotFound)
+		return nil, ErrNotFound
 	}
 	return data, err
 }
@@ -505,19 +518,11 @@ func (f *Filesystem) ReadSweptPendingKey(volumeID string) ([]byte, error) {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return nil, err
 	}
-	if err := checkDir(f.sweptKeysDir()); err != nil {
+	data, err := readFileIn(f.sweptKeysDir(), volumeID)
+	if err != nil {
 		return nil, fmt.Errorf("reading swept pending key of volume %q: %w", volumeID, err)
 	}
-	root, err := os.OpenRoot(f.sweptKeysDir())
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	data, err := root.ReadFile(volumeID)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("reading swept pending key of volume %q: %w", volumeID, ErrNotFound)
-	}
-	return data, err
+	return data, nil
 }
 
 // RemoveSweptPendingKey removes the pending key the sweep kept for a removed volume; removing
