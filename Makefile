@@ -6,7 +6,7 @@ export GOTOOLCHAIN = local
 
 ENVTEST_ASSETS = $(CURDIR)/bin/envtest/$(ENVTEST_K8S_VERSION)
 
-.PHONY: test vet fmt-check unit stress envtest integration bench demo demo-short
+.PHONY: test vet fmt-check unit stress envtest integration bench demo demo-short node e2e
 
 ## test: everything the project checks (what CI runs).
 test: vet fmt-check unit stress integration demo-short
@@ -34,6 +34,16 @@ envtest:
 integration: envtest
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -tags integration -race -count=1 -v ./test/integration/ 2>&1 \
 		| grep -E '^(=== RUN|--- |PASS|FAIL|ok|envtest:)|_test.go:[0-9]+:' ; exit $${PIPESTATUS[0]}
+
+## node: what the real node needs: containerd, runc and the CNI plugins from Debian (when
+## missing), kubelet and kube-controller-manager built beside the envtest binaries (cached).
+node:
+	@bash hack/e2e/install-node-packages.sh
+	@NODE=1 KUBE_VERSION=$(ENVTEST_K8S_VERSION) bash hack/envtest-binaries.sh >/dev/null
+
+## e2e: the library's stories on a real node (kubelet, containerd, runc, CNI); needs root.
+e2e: node
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./hack/e2e $(ARGS)
 
 ## bench: the benchmarks whose figures the README quotes: the manager on a fake clientset
 ## (hack/bench), then the fleet on a real kube-apiserver (hack/fleet, envtest).

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver and etcd for envtest from the Go module proxy alone, into bin/envtest/<version>/.
+# Builds kube-apiserver and etcd for envtest from the Go module proxy alone, into bin/envtest/<version>/;
+# with NODE=1 also kubelet and kube-controller-manager for the real node (hack/e2e), in the same build.
 #
 # setup-envtest downloads prebuilt release binaries, which CI cannot reach. Instead this script
 # writes a throw-away wrapper module that requires k8s.io/kubernetes and replaces each of its
@@ -16,14 +17,29 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${ROOT}/bin/envtest/${KUBE_VERSION}"
 STAGING_VERSION="v0.${KUBE_VERSION#1.}"
 
-if [[ -x "${OUT}/kube-apiserver" && -x "${OUT}/etcd" ]]; then
+# Each binary: the name it has in bin/, the package it is built from, the name go build gives it.
+binaries=("kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver" "etcd go.etcd.io/etcd/server/v3 server")
+if [[ "${NODE:-0}" == 1 ]]; then
+  binaries+=("kubelet k8s.io/kubernetes/cmd/kubelet kubelet"
+    "kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager")
+fi
+missing=()
+for b in "${binaries[@]}"; do
+  read -r name _ _ <<<"${b}"
+  [[ -x "${OUT}/${name}" ]] || missing+=("${b}")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
   echo "envtest binaries: cached in bin/envtest/${KUBE_VERSION} (build took 0s)" >&2
   echo "${OUT}"
   exit 0
 fi
 
 start=$(date +%s)
-echo "envtest binaries: building kube-apiserver v${KUBE_VERSION} and etcd ${ETCD_VERSION} from the module proxy (several minutes the first time)" >&2
+names=(); pkgs=()
+for b in "${missing[@]}"; do
+  read -r name p _ <<<"${b}"; names+=("${name}"); pkgs+=("${p}")
+done
+echo "envtest binaries: building ${names[*]} (Kubernetes v${KUBE_VERSION}, etcd ${ETCD_VERSION}) from the module proxy (several minutes the first time)" >&2
 work="${ROOT}/bin/envtest/build-${KUBE_VERSION}"
 rm -rf "${work}"
 mkdir -p "${work}" "${OUT}"
@@ -52,11 +68,12 @@ ldflags+=" -X ${pkg}.gitVersion=v${KUBE_VERSION} -X ${pkg}.gitMajor=${KUBE_VERSI
 minor="${KUBE_VERSION#*.}"; minor="${minor%%.*}"
 ldflags+=" -X ${pkg}.gitMinor=${minor}"
 
-CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${work}/out/" \
-  k8s.io/kubernetes/cmd/kube-apiserver go.etcd.io/etcd/server/v3
-mv "${work}/out/kube-apiserver" "${OUT}/kube-apiserver"
-mv "${work}/out/server" "${OUT}/etcd"
+CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${work}/out/" "${pkgs[@]}"
+for b in "${missing[@]}"; do
+  read -r name _ built <<<"${b}"
+  mv "${work}/out/${built}" "${OUT}/${name}"
+done
 cd "${ROOT}"
 rm -rf "${work}"
-echo "envtest binaries: built into bin/envtest/${KUBE_VERSION} in $(( $(date +%s) - start ))s" >&2
+echo "envtest binaries: built ${names[*]} into bin/envtest/${KUBE_VERSION} in $(( $(date +%s) - start ))s" >&2
 echo "${OUT}"

@@ -34,16 +34,47 @@ func CertificateRequestCRD() (string, error) {
 // with cert-manager's CertificateRequest CRD installed, and returns an admin configuration and
 // the function that stops them.
 func StartControlPlane() (cfg *rest.Config, stop func() error, err error) {
-	crd, err := CertificateRequestCRD()
+	cp, err := Start(Options{})
 	if err != nil {
 		return nil, nil, err
+	}
+	return cp.Config, cp.Stop, nil
+}
+
+// Options configures Start.
+type Options struct {
+	// APIServerArgs are set on kube-apiserver's command line, replacing envtest's value of the
+	// same flag (name without dashes).
+	APIServerArgs map[string]string
+}
+
+// ControlPlane is a running kube-apiserver and etcd.
+type ControlPlane struct {
+	// Config and KubeConfig give an admin (system:masters) access to the apiserver.
+	Config     *rest.Config
+	KubeConfig []byte
+	// Stop stops the apiserver and etcd.
+	Stop func() error
+}
+
+// Start starts kube-apiserver and etcd (envtest, binaries from KUBEBUILDER_ASSETS), on
+// loopback only, with cert-manager's CertificateRequest CRD installed.
+func Start(opts Options) (*ControlPlane, error) {
+	crd, err := CertificateRequestCRD()
+	if err != nil {
+		return nil, err
 	}
 	env := &envtest.Environment{
 		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: []string{crd}, ErrorIfPathMissing: true},
 		ControlPlaneStartTimeout: time.Minute,
 	}
-	if cfg, err = env.Start(); err != nil {
-		return nil, nil, fmt.Errorf("starting envtest: %w", err)
+	args := env.ControlPlane.GetAPIServer().Configure()
+	for name, value := range opts.APIServerArgs {
+		args.Set(name, value)
 	}
-	return cfg, env.Stop, nil
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	return &ControlPlane{Config: cfg, KubeConfig: env.KubeConfig, Stop: env.Stop}, nil
 }

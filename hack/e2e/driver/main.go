@@ -1,0 +1,220 @@
+// Command driver is the e2e node's CSI driver: a node driver built from the library's public API
+// only, as a driver author writes one, plus the registration socket through which kubelet
+// discovers it (kubelet's plugin registration API, what node-driver-registrar serves in a
+// cluster). Its signer is the e2e program, signing through the API.
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/mount-utils"
+
+	"github.com/cert-manager/csi-lib/driver"
+	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/manager"
+	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/storage"
+)
+
+// IssuerName is the issuer every request names; the e2e program signs them all.
+const IssuerName = "e2e-ca"
+
+func main() {
+	var (
+		name        = flag.String("driver-name", "csi.e2e.csi-lib.example", "CSI driver name")
+		nodeID      = flag.String("node-id", "localhost", "node ID")
+		kubeconfig  = flag.String("kubeconfig", "", "kubeconfig of the driver's account")
+		dataRoot    = flag.String("data-root", "", "base directory of the volumes (a tmpfs is mounted at <data-root>/inmemfs)")
+		socket      = flag.String("csi-socket", "", "path of the CSI socket")
+		registry    = flag.String("plugins-registry", "", "kubelet's plugins_registry directory")
+		gateOnIP    = flag.Bool("gate-on-pod-ip", false, "readiness gate: the pod has an IP (with ContinueOnNotReady)")
+		requeuePods = flag.Bool("requeue-pods", false, "call RequeuePod when a pod changes (the gate opens at once)")
+		verbosity   = flag.Int("v", 2, "log verbosity")
+	)
+	flag.Parse()
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(*verbosity)))
+	klog.SetLogger(log)
+	if err := run(log, *name, *nodeID, *kubeconfig, *dataRoot, *socket, *registry, *gateOnIP, *requeuePods); err != nil {
+		log.Error(err, "driver failed")
+		os.Exit(1)
+	}
+}
+
+func run(log logr.Logger, name, nodeID, kubeconfig, dataRoot, socket, registry string, gateOnIP, requeuePods bool) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	cm, err := cmclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mounter := mount.New("")
+	fs, err := storage.NewFilesystemWithOptions(log.WithName("storage"), dataRoot, storage.FilesystemOptions{Mounter: mounter})
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	// Pods on this node, for the readiness gate and RequeuePod.
+	podFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName=" + nodeID
+	}))
+	pods := podFactory.Core().V1().Pods()
+	podLister := pods.Lister()
+	gate := func(meta metadata.Metadata) (bool, string) {
+		if !gateOnIP {
+			return true, ""
+		}
+		pod, err := podLister.Pods(meta.VolumeContext["csi.storage.k8s.io/pod.namespace"]).Get(meta.VolumeContext["csi.storage.k8s.io/pod.name"])
+		if err != nil {
+			return false, "pod not found"
+		}
+		if pod.Status.PodIP == "" {
+			return false, "pod has no IP yet"
+		}
+		return true, ""
+	}
+
+	events := record.NewBroadcaster()
+	defer events.Shutdown()
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: name})
+
+	mlog := log.WithName("manager")
+	m, err := manager.NewManager(manager.Options{
+		Client:             cm,
+		MetadataReader:     fs,
+		Log:                &mlog,
+		NodeID:             nodeID,
+		GeneratePrivateKey: testkit.GenerateKey,
+		GenerateRequest: func(meta metadata.Metadata) (*manager.CertificateRequestBundle, error) {
+			d, err := time.ParseDuration(meta.VolumeContext["csi.e2e.csi-lib.example/duration"])
+			if err != nil {
+				d = time.Hour
+			}
+			return &manager.CertificateRequestBundle{
+				Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeContext["csi.storage.k8s.io/pod.name"]}},
+				Namespace: meta.VolumeContext["csi.storage.k8s.io/pod.namespace"],
+				IssuerRef: cmmeta.IssuerReference{Name: IssuerName, Kind: "Issuer", Group: "cert-manager.io"},
+				Duration:  d,
+				Usages:    []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageServerAuth},
+			}, nil
+		},
+		SignRequest:    testkit.SignCSR,
+		WriteKeypair:   testkit.KeypairWriter(fs),
+		ReadyToRequest: gate,
+		EventRecorder:  recorder,
+	})
+	if err != nil {
+		return err
+	}
+	defer m.Stop()
+	if requeuePods {
+		if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(_, obj any) { m.RequeuePod(obj.(*corev1.Pod).UID) },
+		}); err != nil {
+			return err
+		}
+	} else {
+		pods.Informer()
+	}
+	podFactory.Start(ctx.Done())
+	podFactory.WaitForCacheSync(ctx.Done())
+
+	d, err := driver.New(ctx, "unix://"+socket, log.WithName("csi"), driver.Options{
+		DriverName: name, DriverVersion: "e2e", NodeID: nodeID,
+		Store: fs, Manager: m, Mounter: mounter, ContinueOnNotReady: gateOnIP,
+	})
+	if err != nil {
+		return err
+	}
+	served := make(chan error, 1)
+	go func() { served <- d.Run() }()
+
+	reg, err := serveRegistration(log, registry, name, socket)
+	if err != nil {
+		d.Stop()
+		return err
+	}
+	defer reg.Stop()
+	log.Info("driver serving", "csi_socket", socket)
+	select {
+	case <-ctx.Done():
+		d.Stop()
+		return <-served
+	case err := <-served:
+		return err
+	}
+}
+
+// registration answers kubelet's plugin watcher: the driver's name and CSI endpoint.
+type registration struct {
+	registerapi.UnimplementedRegistrationServer
+	log      logr.Logger
+	name     string
+	endpoint string
+}
+
+func (r *registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: r.name, Endpoint: r.endpoint, SupportedVersions: []string{"1.0.0"}}, nil
+}
+
+func (r *registration) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	if !s.PluginRegistered {
+		r.log.Error(fmt.Errorf("%s", s.Error), "kubelet refused the driver's registration")
+	} else {
+		r.log.Info("registered with kubelet")
+	}
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
+// serveRegistration serves the registration socket <registry>/<name>-reg.sock, which kubelet
+// watches for.
+func serveRegistration(log logr.Logger, registry, name, csiSocket string) (*grpc.Server, error) {
+	path := filepath.Join(registry, name+"-reg.sock")
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	srv := grpc.NewServer()
+	registerapi.RegisterRegistrationServer(srv, &registration{log: log.WithName("registration"), name: name, endpoint: csiSocket})
+	go func() { _ = srv.Serve(lis) }()
+	return srv, nil
+}

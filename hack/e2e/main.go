@@ -1,0 +1,202 @@
+// Command e2e runs the library's stories on a real node: kubelet, containerd, runc and Debian's
+// CNI plugins on this machine, against an envtest kube-apiserver, with a CSI driver built from
+// the library's public API (hack/e2e/driver) that kubelet discovers through its plugin
+// registration socket. It needs root; it says why and exits 2 where the machine cannot run a
+// node. Every process it starts is stopped by its recorded PID, and everything it creates is
+// removed, when it ends.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/cert-manager/csi-lib/internal/controlplane"
+)
+
+func main() {
+	keep := flag.Bool("keep", false, "leave the run directory (logs, configs) in place")
+	flag.Parse()
+	ctrllog.SetLogger(logr.Discard()) // envtest's own logging
+	bins := os.Getenv("KUBEBUILDER_ASSETS")
+	if err := checkMachine(bins); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: this machine cannot run the real node: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	results, err := run(ctx, bins, *keep)
+	printResults(results)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(1)
+	}
+	for _, r := range results {
+		if !r.ok {
+			os.Exit(1)
+		}
+	}
+}
+
+// result is one story's outcome, a row of the table.
+type result struct {
+	story  string
+	ok     bool
+	detail string
+}
+
+func printResults(results []result) {
+	if len(results) == 0 {
+		return
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "story\tresult\tdetail")
+	for _, r := range results {
+		verdict := "ok"
+		if !r.ok {
+			verdict = "FAILED"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", r.story, verdict, r.detail)
+	}
+	_ = w.Flush()
+}
+
+// logf prints a progress line with the time since start.
+var started = time.Now()
+
+func logf(format string, args ...any) {
+	fmt.Printf("[%6.1fs] %s\n", time.Since(started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func run(ctx context.Context, bins string, keep bool) (results []result, err error) {
+	dir, err := os.MkdirTemp("", "csi-lib-e2e-")
+	if err != nil {
+		return nil, err
+	}
+	logf("run directory %s", dir)
+	defer func() {
+		if keep || err != nil {
+			logf("kept the run directory %s (logs of every process)", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	}()
+
+	binDir := filepath.Join(dir, "bin")
+	if err := buildBinaries(ctx, binDir); err != nil {
+		return nil, err
+	}
+	archive := filepath.Join(dir, "e2e-image.tar")
+	if err := buildImage(binDir, archive); err != nil {
+		return nil, err
+	}
+
+	cp, err := controlplane.Start(controlplane.Options{APIServerArgs: map[string]string{
+		// kubelet refuses a loopback node IP; the apiserver reaches it (pods/log) by name.
+		"kubelet-preferred-address-types": "Hostname",
+	}})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := cp.Stop(); err != nil {
+			logf("stopping the control plane: %v", err)
+		}
+	}()
+	kube, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	logf("control plane up")
+
+	n := &node{dir: dir, bins: bins, log: logf}
+	defer n.stop()
+	if err := n.start(ctx, cp.KubeConfig, archive); err != nil {
+		return nil, err
+	}
+	if err := waitNodeReady(ctx, kube); err != nil {
+		return nil, err
+	}
+	logf("node %s Ready", nodeName)
+
+	c, err := newCluster(ctx, cp, kube, n, binDir)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	results = append(results, c.storyCertificateInContainer(ctx))
+	return results, nil
+}
+
+// buildBinaries builds the pause, checker and driver commands, static, into dir.
+func buildBinaries(ctx context.Context, dir string) error {
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", dir+"/",
+		"./hack/e2e/pause", "./hack/e2e/checker", "./hack/e2e/driver")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the e2e binaries: %v: %s", err, out)
+	}
+	logf("built pause, checker and driver in %v", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// buildImage packs pause and checker into the node's one image.
+func buildImage(binDir, archive string) error {
+	var files []imageFile
+	for _, b := range []string{"pause", "checker"} {
+		data, err := os.ReadFile(filepath.Join(binDir, b))
+		if err != nil {
+			return err
+		}
+		files = append(files, imageFile{name: b, data: data})
+	}
+	return writeImageArchive(archive, imageName, files, []string{"/pause"})
+}
+
+// errTimeout marks a bounded wait that ran out.
+var errTimeout = errors.New("timed out")
+
+// poll calls cond every interval until it reports done, returns an error, ctx ends or timeout
+// passes.
+func poll(ctx context.Context, what string, interval, timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		done, err := cond()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %w after %v", what, errTimeout, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+// firstLine returns s up to its first newline.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
