@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
+	"sync"
+	"syscall"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -34,6 +36,10 @@ type cluster struct {
 	ca         *testkit.CA
 	stopSigner context.CancelFunc
 	signerDone chan struct{}
+
+	mu   sync.Mutex
+	held map[string]bool            // pods whose requests the signer leaves pending
+	seen map[string]map[string]bool // request names the signer has seen, by owner pod
 }
 
 func waitNodeReady(ctx context.Context, kube kubernetes.Interface) error {
@@ -84,15 +90,21 @@ func newCluster(ctx context.Context, cp *controlplane.ControlPlane, kube kuberne
 		return nil, err
 	}
 	c.startSigner()
-	if err := c.startDriver(ctx); err != nil {
+	if err := c.startDriver(ctx, driverFlags{}); err != nil {
 		c.close()
 		return nil, err
 	}
 	return c, nil
 }
 
+// driverFlags configures a start of the driver.
+type driverFlags struct {
+	gateOnPodIP bool // readiness gate on the pod's IP, with ContinueOnNotReady
+	requeuePods bool // RequeuePod from the driver's pod informer
+}
+
 // startDriver starts the driver process and waits until kubelet lists it in the CSINode.
-func (c *cluster) startDriver(ctx context.Context) error {
+func (c *cluster) startDriver(ctx context.Context, f driverFlags) error {
 	start := time.Now()
 	if err := c.n.startProcess("driver", filepath.Join(c.binDir, "driver"),
 		"--kubeconfig", c.kubeconfig,
@@ -100,6 +112,9 @@ func (c *cluster) startDriver(ctx context.Context) error {
 		"--data-root", filepath.Join(c.n.dir, "driver"),
 		"--csi-socket", filepath.Join(c.n.dir, "driver.sock"),
 		"--plugins-registry", filepath.Join(c.n.kubeletDir(), "plugins_registry"),
+		"--journal", c.journalPath(),
+		fmt.Sprintf("--gate-on-pod-ip=%t", f.gateOnPodIP),
+		fmt.Sprintf("--requeue-pods=%t", f.requeuePods),
 		"--v", "4"); err != nil {
 		return err
 	}
@@ -119,12 +134,31 @@ func (c *cluster) startDriver(ctx context.Context) error {
 		return false, nil
 	})
 	if err == nil {
-		logf("driver registered with kubelet %v after its start", time.Since(start).Round(10*time.Millisecond))
+		logf("driver started (%+v), registered with kubelet %v after its start", f, time.Since(start).Round(10*time.Millisecond))
 	}
 	return err
 }
 
-// startSigner signs every CertificateRequest of the namespace with the e2e CA, as it appears.
+// stopDriver stops the driver process: SIGTERM (a graceful stop) or SIGKILL (a crash).
+func (c *cluster) stopDriver(sig syscall.Signal) {
+	p := c.n.processNamed("driver")
+	if p == nil {
+		return
+	}
+	if sig == syscall.SIGKILL {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		logf("driver killed (pid %d)", p.cmd.Process.Pid)
+		return
+	}
+	c.n.stopProcess(p)
+	logf("driver stopped (pid %d)", p.cmd.Process.Pid)
+}
+
+func (c *cluster) journalPath() string { return filepath.Join(c.n.dir, "driver-journal.jsonl") }
+
+// startSigner signs every CertificateRequest of the namespace with the e2e CA as it appears,
+// except those of a pod the signer holds (see hold).
 func (c *cluster) startSigner() {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopSigner, c.signerDone = cancel, make(chan struct{})
@@ -134,17 +168,68 @@ func (c *cluster) startSigner() {
 			list, err := c.cm.CertmanagerV1().CertificateRequests(namespace).List(ctx, metav1.ListOptions{})
 			if err == nil {
 				for i := range list.Items {
-					if !testkit.IsFinished(&list.Items[i]) {
+					c.noteRequest(&list.Items[i])
+					if !testkit.IsFinished(&list.Items[i]) && !c.isHeld(&list.Items[i]) {
 						_, _ = testkit.Issue(ctx, c.cm, c.ca, &list.Items[i], time.Now())
 					}
 				}
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond):
 			}
 		}
 	}()
+}
+
+// hold makes the signer leave the requests of the pod alone until the returned function is
+// called.
+func (c *cluster) hold(pod string) (release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held == nil {
+		c.held = map[string]bool{}
+	}
+	c.held[pod] = true
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.held, pod)
+	}
+}
+
+// noteRequest remembers a request by its owner pod (the signer lists every 20 ms, far more
+// often than a request lives).
+func (c *cluster) noteRequest(req *cmapi.CertificateRequest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen = map[string]map[string]bool{}
+	}
+	for _, o := range req.OwnerReferences {
+		if c.seen[o.Name] == nil {
+			c.seen[o.Name] = map[string]bool{}
+		}
+		c.seen[o.Name][req.Name] = true
+	}
+}
+
+// requestsCreatedFor is the number of CertificateRequests ever seen for the pod.
+func (c *cluster) requestsCreatedFor(pod string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seen[pod])
+}
+
+func (c *cluster) isHeld(req *cmapi.CertificateRequest) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, o := range req.OwnerReferences {
+		if c.held[o.Name] {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *cluster) close() {
@@ -152,13 +237,12 @@ func (c *cluster) close() {
 		c.stopSigner()
 		<-c.signerDone
 	}
-	if p := c.n.processNamed("driver"); p != nil {
-		c.n.stopProcess(p)
-	}
+	c.stopDriver(syscall.SIGTERM)
 }
 
-// certPod is a pod whose checker container reads the driver's inline volume.
-func certPod(name string) *corev1.Pod {
+// certPod is a pod whose checker container reads the driver's inline volume, whose certificates
+// live for lifetime.
+func certPod(name string, lifetime time.Duration) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: corev1.PodSpec{
@@ -176,6 +260,7 @@ func certPod(name string) *corev1.Pod {
 			}},
 			Volumes: []corev1.Volume{{Name: "certs", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
 				Driver: driverName, ReadOnly: ptr.To(true),
+				VolumeAttributes: map[string]string{"csi.e2e.csi-lib.example/duration": lifetime.String()},
 			}}}},
 		},
 	}
@@ -187,46 +272,14 @@ func (c *cluster) containerLog(ctx context.Context, pod string) (string, error) 
 	return string(raw), err
 }
 
-// deletePod deletes a pod and waits until it is gone (kubelet unpublished its volumes).
+// deletePod deletes a pod gracefully and waits until it is gone: kubelet removes the pod object
+// only once it has stopped its containers and unpublished its volumes.
 func (c *cluster) deletePod(ctx context.Context, name string) error {
-	if err := c.kube.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+	if err := c.kube.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	return poll(ctx, "pod "+name+" to be gone", 100*time.Millisecond, time.Minute, func() (bool, error) {
 		_, err := c.kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
-}
-
-// storyCertificateInContainer: a pod with an inline volume of the driver; its container checks
-// that tls.key matches tls.crt and that the chain verifies to ca.crt, and says so in its log.
-func (c *cluster) storyCertificateInContainer(ctx context.Context) result {
-	const name = "cert-in-container"
-	r := result{story: "1 certificate in a real container"}
-	start := time.Now()
-	if _, err := c.kube.CoreV1().Pods(namespace).Create(ctx, certPod(name), metav1.CreateOptions{}); err != nil {
-		r.detail = err.Error()
-		return r
-	}
-	defer func() {
-		if err := c.deletePod(ctx, name); err != nil {
-			r.ok, r.detail = false, err.Error()
-		}
-	}()
-	var line string
-	err := poll(ctx, "the container's verdict", 100*time.Millisecond, 2*time.Minute, func() (bool, error) {
-		log, err := c.containerLog(ctx, name)
-		if err != nil {
-			return false, nil // not started yet
-		}
-		line = firstLine(log)
-		return line != "", nil
-	})
-	if err != nil {
-		r.detail = err.Error()
-		return r
-	}
-	r.ok = strings.HasPrefix(line, "certificate ok")
-	r.detail = fmt.Sprintf("%q %v after the pod's creation", line, time.Since(start).Round(10*time.Millisecond))
-	return r
 }

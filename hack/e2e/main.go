@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -29,6 +30,7 @@ import (
 
 func main() {
 	keep := flag.Bool("keep", false, "leave the run directory (logs, configs) in place")
+	flag.IntVar(&gatePods, "gate-pods", 20, "pods per variant in story 2")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // envtest's own logging
 	bins := os.Getenv("KUBEBUILDER_ASSETS")
@@ -50,6 +52,9 @@ func main() {
 		}
 	}
 }
+
+// gatePods is the number of pods per variant in story 2.
+var gatePods int
 
 // result is one story's outcome, a row of the table.
 type result struct {
@@ -88,7 +93,8 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	}
 	logf("run directory %s", dir)
 	defer func() {
-		if keep || err != nil {
+		failed := slices.ContainsFunc(results, func(r result) bool { return !r.ok })
+		if keep || err != nil || failed {
 			logf("kept the run directory %s (logs of every process)", dir)
 			return
 		}
@@ -137,7 +143,12 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 		return nil, err
 	}
 	defer c.close()
-	results = append(results, c.storyCertificateInContainer(ctx))
+	results = append(results, c.storiesWithLivePods(ctx)...)
+	gate, figures := c.storyGateOnPodIP(ctx, gatePods)
+	results = append(results, gate)
+	results = append(results, c.storyKilledDuringFirstIssuance(ctx)...)
+	slices.SortStableFunc(results, func(a, b result) int { return strings.Compare(a.story, b.story) })
+	defer printGateFigures(figures)
 	return results, nil
 }
 

@@ -69,6 +69,8 @@ type node struct {
 // process is a child process started by the node, stopped by its PID.
 type process struct {
 	name string
+	path string
+	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -209,7 +211,7 @@ func (n *node) writeFile(name, content string) error {
 // startProcess starts a child process, its output in <dir>/<name>.log, and records its PID in
 // <dir>/<name>.pid.
 func (n *node) startProcess(name, path string, args ...string) error {
-	logFile, err := os.Create(filepath.Join(n.dir, name+".log"))
+	logFile, err := os.OpenFile(filepath.Join(n.dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
@@ -222,7 +224,7 @@ func (n *node) startProcess(name, path string, args ...string) error {
 		_ = logFile.Close()
 		return fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &process{name: name, path: path, args: args, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		_ = logFile.Close()
@@ -248,6 +250,19 @@ func (n *node) stopProcess(p *process) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// restartProcess stops the named child and starts it again with the same command line.
+func (n *node) restartProcess(name string, down func()) error {
+	p := n.processNamed(name)
+	if p == nil {
+		return fmt.Errorf("%s is not running", name)
+	}
+	n.stopProcess(p)
+	if down != nil {
+		down()
+	}
+	return n.startProcess(name, p.path, p.args...)
 }
 
 // processNamed returns the running child of that name, or nil.

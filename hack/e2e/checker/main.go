@@ -1,5 +1,5 @@
 // Command checker runs in the e2e node's test containers. It reads the certificate volume
-// mounted at its argument through the "..data" projection, checks that tls.key matches
+// mounted at its argument through the "..data" projection (one issuance at a time), checks that tls.key matches
 // tls.crt and that the chain verifies to ca.crt, and prints one line per certificate it sees
 // ("certificate ok serial=... not_after=..." or "certificate bad: <why>"), checking again every
 // 200 ms until it is stopped.
@@ -31,23 +31,39 @@ func main() {
 	}
 }
 
-func check(dir string) string {
-	read := func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, name)) }
-	keyPEM, err := read("tls.key")
-	if err != nil {
-		return "certificate missing: " + err.Error()
+// check reads the three files from the generation "..data" points to, so that they are of
+// one issuance: a reader that followed the visible names one by one could mix two issuances
+// across a swap. A generation removed while it is read (a swap) is read again from the new one.
+func check(dataLink string) string {
+	var problem string
+	for attempt := 0; attempt < 5; attempt++ {
+		files, err := readGeneration(dataLink)
+		if err != nil {
+			problem = "certificate missing: " + err.Error()
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		leaf, err := testkit.VerifyKeyPair(files[0], files[1], files[2], time.Now())
+		if err != nil {
+			return "certificate bad: " + err.Error()
+		}
+		return fmt.Sprintf("certificate ok serial=%s not_after=%s", leaf.SerialNumber, leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
-	chainPEM, err := read("tls.crt")
+	return problem
+}
+
+// readGeneration returns tls.key, tls.crt and ca.crt of the generation dataLink points to.
+func readGeneration(dataLink string) ([3][]byte, error) {
+	var out [3][]byte
+	gen, err := os.Readlink(dataLink)
 	if err != nil {
-		return "certificate missing: " + err.Error()
+		return out, err
 	}
-	caPEM, err := read("ca.crt")
-	if err != nil {
-		return "certificate missing: " + err.Error()
+	dir := filepath.Join(filepath.Dir(dataLink), gen)
+	for i, name := range []string{"tls.key", "tls.crt", "ca.crt"} {
+		if out[i], err = os.ReadFile(filepath.Join(dir, name)); err != nil {
+			return out, err
+		}
 	}
-	leaf, err := testkit.VerifyKeyPair(keyPEM, chainPEM, caPEM, time.Now())
-	if err != nil {
-		return "certificate bad: " + err.Error()
-	}
-	return fmt.Sprintf("certificate ok serial=%s not_after=%s", leaf.SerialNumber, leaf.NotAfter.UTC().Format(time.RFC3339))
+	return out, nil
 }

@@ -6,14 +6,17 @@ package main
 
 import (
 	"context"
+	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,18 +59,24 @@ func main() {
 		registry    = flag.String("plugins-registry", "", "kubelet's plugins_registry directory")
 		gateOnIP    = flag.Bool("gate-on-pod-ip", false, "readiness gate: the pod has an IP (with ContinueOnNotReady)")
 		requeuePods = flag.Bool("requeue-pods", false, "call RequeuePod when a pod changes (the gate opens at once)")
+		journalPath = flag.String("journal", "", "append a JSON line per publish and per key pair written to this file")
 		verbosity   = flag.Int("v", 2, "log verbosity")
 	)
 	flag.Parse()
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(*verbosity)))
 	klog.SetLogger(log)
-	if err := run(log, *name, *nodeID, *kubeconfig, *dataRoot, *socket, *registry, *gateOnIP, *requeuePods); err != nil {
+	j, err := openJournal(*journalPath)
+	if err != nil {
+		log.Error(err, "opening the journal")
+		os.Exit(1)
+	}
+	if err := run(log, j, *name, *nodeID, *kubeconfig, *dataRoot, *socket, *registry, *gateOnIP, *requeuePods); err != nil {
 		log.Error(err, "driver failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, name, nodeID, kubeconfig, dataRoot, socket, registry string, gateOnIP, requeuePods bool) error {
+func run(log logr.Logger, j *journal, name, nodeID, kubeconfig, dataRoot, socket, registry string, gateOnIP, requeuePods bool) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -81,10 +90,11 @@ func run(log logr.Logger, name, nodeID, kubeconfig, dataRoot, socket, registry s
 		return err
 	}
 	mounter := mount.New("")
-	fs, err := storage.NewFilesystemWithOptions(log.WithName("storage"), dataRoot, storage.FilesystemOptions{Mounter: mounter})
+	fsys, err := storage.NewFilesystemWithOptions(log.WithName("storage"), dataRoot, storage.FilesystemOptions{Mounter: mounter})
 	if err != nil {
 		return err
 	}
+	fs := &journalStore{Filesystem: fsys, j: j}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -134,8 +144,10 @@ func run(log logr.Logger, name, nodeID, kubeconfig, dataRoot, socket, registry s
 				Usages:    []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageServerAuth},
 			}, nil
 		},
-		SignRequest:    testkit.SignCSR,
-		WriteKeypair:   testkit.KeypairWriter(fs),
+		SignRequest: testkit.SignCSR,
+		WriteKeypair: testkit.KeypairWriter(fs, func(meta metadata.Metadata, _ crypto.PrivateKey, _ []byte) {
+			j.record("written", meta)
+		}),
 		ReadyToRequest: gate,
 		EventRecorder:  recorder,
 	})
@@ -217,4 +229,48 @@ func serveRegistration(log logr.Logger, registry, name, csiSocket string) (*grpc
 	registerapi.RegisterRegistrationServer(srv, &registration{log: log.WithName("registration"), name: name, endpoint: csiSocket})
 	go func() { _ = srv.Serve(lis) }()
 	return srv, nil
+}
+
+// journalStore is the driver's Filesystem, recording every publish (a publish registers the
+// volume's metadata first) in the journal.
+type journalStore struct {
+	*storage.Filesystem
+	j *journal
+}
+
+func (s *journalStore) RegisterMetadata(meta metadata.Metadata) (bool, error) {
+	s.j.record("publish", meta)
+	return s.Filesystem.RegisterMetadata(meta)
+}
+
+// journal appends one JSON line per event: what the e2e program measures the node by.
+type journal struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+// journalEntry is one line of the journal.
+type journalEntry struct {
+	Time   time.Time `json:"time"`
+	Event  string    `json:"event"`
+	Volume string    `json:"volume"`
+	Pod    string    `json:"pod"`
+}
+
+func openJournal(path string) (*journal, error) {
+	if path == "" {
+		return &journal{}, nil
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	return &journal{f: f}, err
+}
+
+func (j *journal) record(event string, meta metadata.Metadata) {
+	if j.f == nil {
+		return
+	}
+	line, _ := json.Marshal(journalEntry{Time: time.Now(), Event: event, Volume: meta.VolumeID, Pod: meta.VolumeContext["csi.storage.k8s.io/pod.name"]})
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, _ = j.f.Write(append(line, '\n'))
 }
