@@ -31,12 +31,16 @@ import (
 func main() {
 	keep := flag.Bool("keep", false, "leave the run directory (logs, configs) in place")
 	flag.IntVar(&gatePods, "gate-pods", 20, "pods per variant in story 2")
+	check := flag.Bool("check", false, "only say whether this machine can run the node (exit 2 and why if not)")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // envtest's own logging
 	bins := os.Getenv("KUBEBUILDER_ASSETS")
 	if err := checkMachine(bins); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: this machine cannot run the real node: %v\n", err)
 		os.Exit(2)
+	}
+	if *check {
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
