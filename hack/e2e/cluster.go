@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -34,8 +35,10 @@ type cluster struct {
 	binDir     string
 	kubeconfig string
 	ca         *testkit.CA
-	stopSigner context.CancelFunc
-	signerDone chan struct{}
+	// metricsAddress is where the driver serves /metrics: a free loopback port.
+	metricsAddress string
+	stopSigner     context.CancelFunc
+	signerDone     chan struct{}
 
 	mu   sync.Mutex
 	held map[string]bool            // pods whose requests the signer leaves pending
@@ -72,6 +75,9 @@ func newCluster(ctx context.Context, cp *controlplane.ControlPlane, kube kuberne
 		return nil, err
 	}
 	c := &cluster{kube: kube, cm: cm, n: n, binDir: binDir, kubeconfig: filepath.Join(n.dir, "kubeconfig"), ca: ca}
+	if c.metricsAddress, err = freeLoopbackAddress(); err != nil {
+		return nil, err
+	}
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
@@ -113,6 +119,7 @@ func (c *cluster) startDriver(ctx context.Context, f driverFlags) error {
 		"--csi-socket", filepath.Join(c.n.dir, "driver.sock"),
 		"--plugins-registry", filepath.Join(c.n.kubeletDir(), "plugins_registry"),
 		"--journal", c.journalPath(),
+		"--metrics-address", c.metricsAddress,
 		fmt.Sprintf("--gate-on-pod-ip=%t", f.gateOnPodIP),
 		fmt.Sprintf("--requeue-pods=%t", f.requeuePods),
 		"--v", "4"); err != nil {
@@ -282,4 +289,14 @@ func (c *cluster) deletePod(ctx context.Context, name string) error {
 		_, err := c.kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+}
+
+// freeLoopbackAddress returns a loopback address with a port nobody listens on now.
+func freeLoopbackAddress() (string, error) {
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }

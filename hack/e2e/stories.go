@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -96,6 +98,30 @@ func (c *cluster) volumeDirOf(pod string) string {
 	return ""
 }
 
+// waitRequestsCollected waits until the garbage collector has deleted the pod's requests
+// (their owner reference names the deleted pod).
+func (c *cluster) waitRequestsCollected(ctx context.Context, pod string) error {
+	return poll(ctx, "the garbage collector to delete the requests of "+pod, 200*time.Millisecond, time.Minute, func() (bool, error) {
+		n, err := c.requestsOf(ctx, pod)
+		return n == 0, err
+	})
+}
+
+// seriesOf counts the driver's metric series labelled with the volume.
+func (c *cluster) seriesOf(ctx context.Context, volume string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.metricsAddress+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return strings.Count(string(body), `volume="`+volume+`"`), err
+}
+
 // requestsOf lists the pod's CertificateRequests that exist now.
 func (c *cluster) requestsOf(ctx context.Context, pod string) (int, error) {
 	list, err := c.cm.CertmanagerV1().CertificateRequests(namespace).List(ctx, metav1.ListOptions{})
@@ -138,7 +164,7 @@ func (c *cluster) storiesWithLivePods(ctx context.Context) []result {
 		s3.detail = err.Error()
 		return all()
 	}
-	defer func() { _ = c.deletePod(ctx, renewing) }()
+	defer func() { _ = c.deletePod(ctx, longLived) }()
 
 	// 1: the first thing the container says.
 	lines, err := c.waitLines(ctx, longLived, "the container's verdict", 2*time.Minute, func(l []logLine) bool { return len(l) > 0 })
@@ -214,11 +240,17 @@ func (c *cluster) storiesWithLivePods(ctx context.Context) []result {
 		s5.detail = "the long-lived pod kept its certificate with no new request; the renewing pod renewed again after the restart"
 	}
 
-	// 6: delete the long-lived pod: kubelet unpublishes, the volume's files go, and the garbage
-	// collector removes its requests.
-	volDir := c.volumeDirOf(longLived)
+	// 6: delete the renewing pod (the restarted driver has counted its renewals): kubelet
+	// unpublishes, the volume's files and metric series go, and the garbage collector removes
+	// its requests.
+	volDir := c.volumeDirOf(renewing)
+	volume := filepath.Base(volDir)
+	if n, err := c.seriesOf(ctx, volume); err != nil || n == 0 {
+		s6.detail = fmt.Sprintf("the live volume has %d metric series (%v)", n, err)
+		return all()
+	}
 	deleted := time.Now()
-	if err := c.deletePod(ctx, longLived); err != nil {
+	if err := c.deletePod(ctx, renewing); err != nil {
 		s6.detail = err.Error()
 		return all()
 	}
@@ -227,16 +259,16 @@ func (c *cluster) storiesWithLivePods(ctx context.Context) []result {
 		s6.detail = fmt.Sprintf("the volume's files are still there (%q: %v)", volDir, err)
 		return all()
 	}
-	err = poll(ctx, "the garbage collector to delete the pod's requests", 200*time.Millisecond, time.Minute, func() (bool, error) {
-		n, err := c.requestsOf(ctx, longLived)
-		return n == 0, err
-	})
-	if err != nil {
+	if n, err := c.seriesOf(ctx, volume); err != nil || n != 0 {
+		s6.detail = fmt.Sprintf("%d metric series left for the unpublished volume (%v)", n, err)
+		return all()
+	}
+	if err := c.waitRequestsCollected(ctx, renewing); err != nil {
 		s6.detail = err.Error()
 		return all()
 	}
 	s6.ok = true
-	s6.detail = fmt.Sprintf("pod gone %v after its deletion, its volume's files removed, its requests deleted by the garbage collector %v after", gone.Round(10*time.Millisecond), time.Since(deleted).Round(10*time.Millisecond))
+	s6.detail = fmt.Sprintf("pod gone %v after its deletion, its volume's files and metric series removed, its requests deleted by the garbage collector %v after", gone.Round(10*time.Millisecond), time.Since(deleted).Round(10*time.Millisecond))
 	return all()
 }
 
@@ -504,13 +536,18 @@ func (c *cluster) killVariant(ctx context.Context, story, pod string, deletePod,
 			r.detail = err.Error()
 			return r
 		}
+		goneAfter := time.Since(back)
 		calls := grpcCallsSince(driverLog, logStart)
 		if n := c.requestsCreatedFor(pod); n != 1 {
 			r.detail = fmt.Sprintf("%d requests for the deleted pod, want the held one only", n)
 			return r
 		}
+		if err := c.waitRequestsCollected(ctx, pod); err != nil {
+			r.detail = err.Error()
+			return r
+		}
 		r.ok = true
-		r.detail = fmt.Sprintf("pod gone %v after the driver came back; kubelet called %v; no request for the deleted pod", time.Since(back).Round(100*time.Millisecond), calls)
+		r.detail = fmt.Sprintf("pod gone %v after the driver came back; kubelet called %v; no new request, the held one garbage-collected", goneAfter.Round(100*time.Millisecond), calls)
 		return r
 	}
 	release()

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +45,7 @@ import (
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
 )
 
@@ -60,6 +63,7 @@ func main() {
 		gateOnIP    = flag.Bool("gate-on-pod-ip", false, "readiness gate: the pod has an IP (with ContinueOnNotReady)")
 		requeuePods = flag.Bool("requeue-pods", false, "call RequeuePod when a pod changes (the gate opens at once)")
 		journalPath = flag.String("journal", "", "append a JSON line per publish and per key pair written to this file")
+		metricsAddr = flag.String("metrics-address", "", "serve /metrics on this loopback address (host:port)")
 		verbosity   = flag.Int("v", 2, "log verbosity")
 	)
 	flag.Parse()
@@ -70,13 +74,13 @@ func main() {
 		log.Error(err, "opening the journal")
 		os.Exit(1)
 	}
-	if err := run(log, j, *name, *nodeID, *kubeconfig, *dataRoot, *socket, *registry, *gateOnIP, *requeuePods); err != nil {
+	if err := run(log, j, *metricsAddr, *name, *nodeID, *kubeconfig, *dataRoot, *socket, *registry, *gateOnIP, *requeuePods); err != nil {
 		log.Error(err, "driver failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, j *journal, name, nodeID, kubeconfig, dataRoot, socket, registry string, gateOnIP, requeuePods bool) error {
+func run(log logr.Logger, j *journal, metricsAddr, name, nodeID, kubeconfig, dataRoot, socket, registry string, gateOnIP, requeuePods bool) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -124,6 +128,17 @@ func run(log logr.Logger, j *journal, name, nodeID, kubeconfig, dataRoot, socket
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: name})
 
+	met := metrics.New(nodeID, &log, prometheus.NewRegistry(), fs, nil)
+	if metricsAddr != "" {
+		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", metricsAddr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: met.DefaultHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(lis) }()
+		defer srv.Close()
+	}
+
 	mlog := log.WithName("manager")
 	m, err := manager.NewManager(manager.Options{
 		Client:             cm,
@@ -150,6 +165,7 @@ func run(log logr.Logger, j *journal, name, nodeID, kubeconfig, dataRoot, socket
 		}),
 		ReadyToRequest: gate,
 		EventRecorder:  recorder,
+		Metrics:        met,
 	})
 	if err != nil {
 		return err
