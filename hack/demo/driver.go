@@ -32,6 +32,7 @@ import (
 	"github.com/cert-manager/csi-lib/driver"
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/podgate"
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
@@ -92,16 +93,7 @@ func startDriver(cfg driverConfig) (*exampleDriver, error) {
 	pods := podFactory.Core().V1().Pods()
 	podLister := pods.Lister()
 	ed.pods = podLister
-	gate := func(meta metadata.Metadata) (bool, string) {
-		pod, err := podLister.Pods(meta.VolumeContext["csi.storage.k8s.io/pod.namespace"]).Get(meta.VolumeContext["csi.storage.k8s.io/pod.name"])
-		if err != nil {
-			return false, "pod not found"
-		}
-		if pod.Status.PodIP == "" {
-			return false, "pod has no IP yet"
-		}
-		return true, ""
-	}
+	gate := podgate.OnPodIP(podLister)
 
 	// Metrics read the node's CertificateRequests from their own informer.
 	nodeHash := util.HashIdentifier(cfg.nodeID)

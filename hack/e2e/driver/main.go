@@ -42,6 +42,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/cert-manager/csi-lib/driver"
+	"github.com/cert-manager/csi-lib/internal/podgate"
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
@@ -109,18 +110,9 @@ func run(log logr.Logger, j *journal, metricsAddr, name, nodeID, kubeconfig, dat
 	}))
 	pods := podFactory.Core().V1().Pods()
 	podLister := pods.Lister()
-	gate := func(meta metadata.Metadata) (bool, string) {
-		if !gateOnIP {
-			return true, ""
-		}
-		pod, err := podLister.Pods(meta.VolumeContext["csi.storage.k8s.io/pod.namespace"]).Get(meta.VolumeContext["csi.storage.k8s.io/pod.name"])
-		if err != nil {
-			return false, "pod not found"
-		}
-		if pod.Status.PodIP == "" {
-			return false, "pod has no IP yet"
-		}
-		return true, ""
+	var gate manager.ReadyToRequestFunc // nil: always ready
+	if gateOnIP {
+		gate = podgate.OnPodIP(podLister)
 	}
 
 	events := record.NewBroadcaster()

@@ -1,0 +1,25 @@
+// Package podgate is the readiness gate the example drivers (the demo's and the real node's)
+// use: a volume is ready to request a certificate once its pod has an IP, read from a pod
+// lister. It shows the gate of this fork's first fix as a driver writes it.
+package podgate
+
+import (
+	corev1listers "k8s.io/client-go/listers/core/v1"
+
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+// OnPodIP returns a ReadyToRequest function that says "not yet" until the volume's pod, as the
+// lister sees it, has an IP.
+func OnPodIP(pods corev1listers.PodLister) func(metadata.Metadata) (bool, string) {
+	return func(meta metadata.Metadata) (bool, string) {
+		pod, err := pods.Pods(meta.VolumeContext["csi.storage.k8s.io/pod.namespace"]).Get(meta.VolumeContext["csi.storage.k8s.io/pod.name"])
+		if err != nil {
+			return false, "pod not found"
+		}
+		if pod.Status.PodIP == "" {
+			return false, "pod has no IP yet"
+		}
+		return true, ""
+	}
+}
