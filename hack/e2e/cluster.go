@@ -40,9 +40,10 @@ type cluster struct {
 	stopSigner     context.CancelFunc
 	signerDone     chan struct{}
 
-	mu   sync.Mutex
-	held map[string]bool            // pods whose requests the signer leaves pending
-	seen map[string]map[string]bool // request names the signer has seen, by owner pod
+	mu      sync.Mutex
+	held    map[string]bool            // pods whose requests the signer leaves pending
+	failing bool                       // the signer fails every request (an outage)
+	seen    map[string]map[string]bool // request names the signer has seen, by owner pod
 }
 
 func waitNodeReady(ctx context.Context, kube kubernetes.Interface) error {
@@ -105,8 +106,10 @@ func newCluster(ctx context.Context, cp *controlplane.ControlPlane, kube kuberne
 
 // driverFlags configures a start of the driver.
 type driverFlags struct {
-	gateOnPodIP bool // readiness gate on the pod's IP, with ContinueOnNotReady
-	requeuePods bool // RequeuePod from the driver's pod informer
+	gateOnPodIP  bool          // readiness gate on the pod's IP, with ContinueOnNotReady
+	requeuePods  bool          // RequeuePod from the driver's pod informer
+	oldGate      bool          // a closed gate retried on the 30 s issuance backoff, no poll
+	issueBackoff time.Duration // the issuance backoff's first step (0: the library's)
 }
 
 // startDriver starts the driver process and waits until kubelet lists it in the CSINode.
@@ -122,6 +125,8 @@ func (c *cluster) startDriver(ctx context.Context, f driverFlags) error {
 		"--metrics-address", c.metricsAddress,
 		fmt.Sprintf("--gate-on-pod-ip=%t", f.gateOnPodIP),
 		fmt.Sprintf("--requeue-pods=%t", f.requeuePods),
+		fmt.Sprintf("--old-gate-behaviour=%t", f.oldGate),
+		"--issue-backoff", f.issueBackoff.String(),
 		"--v", "4"); err != nil {
 		return err
 	}
@@ -176,8 +181,13 @@ func (c *cluster) startSigner() {
 			if err == nil {
 				for i := range list.Items {
 					c.noteRequest(&list.Items[i])
-					if !testkit.IsFinished(&list.Items[i]) && !c.isHeld(&list.Items[i]) {
-						_, _ = testkit.Issue(ctx, c.cm, c.ca, &list.Items[i], time.Now())
+					req := &list.Items[i]
+					switch {
+					case testkit.IsFinished(req) || c.isHeld(req):
+					case c.isFailing(req):
+						_, _ = testkit.SetConditions(ctx, c.cm, req, testkit.Failed("e2e signer outage: the CA is unreachable"))
+					default:
+						_, _ = testkit.Issue(ctx, c.cm, c.ca, req, time.Now())
 					}
 				}
 			}
@@ -237,6 +247,24 @@ func (c *cluster) isHeld(req *cmapi.CertificateRequest) bool {
 		}
 	}
 	return false
+}
+
+// failAll makes the signer fail every request until the returned function is called.
+func (c *cluster) failAll() (end func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failing = true
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.failing = false
+	}
+}
+
+func (c *cluster) isFailing(*cmapi.CertificateRequest) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failing
 }
 
 func (c *cluster) close() {

@@ -32,6 +32,7 @@ func main() {
 	keep := flag.Bool("keep", false, "leave the run directory (logs, configs) in place")
 	flag.IntVar(&gatePods, "gate-pods", 20, "pods per variant in story 2")
 	check := flag.Bool("check", false, "only say whether this machine can run the node (exit 2 and why if not)")
+	flag.BoolVar(&demoMode, "demo", false, "tell the demo's four stories (make demo) instead of the e2e stories")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // envtest's own logging
 	bins := os.Getenv("KUBEBUILDER_ASSETS")
@@ -45,7 +46,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	results, err := run(ctx, bins, *keep)
-	printResults(results)
+	if !demoMode {
+		printResults(results)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		os.Exit(1)
@@ -57,8 +60,11 @@ func main() {
 	}
 }
 
-// gatePods is the number of pods per variant in story 2.
+// gatePods is the number of pods per variant in story 2 (and in the demo's first story).
 var gatePods int
+
+// demoMode: tell the demo's stories rather than the e2e stories.
+var demoMode bool
 
 // result is one story's outcome, a row of the table.
 type result struct {
@@ -147,6 +153,14 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 		return nil, err
 	}
 	defer c.close()
+	if demoMode {
+		stories := c.runDemo(ctx, gatePods)
+		printDemoSummary(stories)
+		for _, s := range stories {
+			results = append(results, result{story: "demo: " + s.name, ok: s.ok, detail: s.summary})
+		}
+		return results, nil
+	}
 	results = append(results, c.storiesWithLivePods(ctx)...)
 	gate, figures := c.storyGateOnPodIP(ctx, gatePods)
 	results = append(results, gate)

@@ -63,6 +63,8 @@ func main() {
 		registry    = flag.String("plugins-registry", "", "kubelet's plugins_registry directory")
 		gateOnIP    = flag.Bool("gate-on-pod-ip", false, "readiness gate: the pod has an IP (with ContinueOnNotReady)")
 		requeuePods = flag.Bool("requeue-pods", false, "call RequeuePod when a pod changes (the gate opens at once)")
+		oldGate     = flag.Bool("old-gate-behaviour", false, "retry a closed gate on the 30 s issuance backoff, with no gate poll (upstream's behaviour)")
+		issueBase   = flag.Duration("issue-backoff", 0, "the issuance (renewal) backoff's first step (0: the library's default, 30 s)")
 		journalPath = flag.String("journal", "", "append a JSON line per publish and per key pair written to this file")
 		metricsAddr = flag.String("metrics-address", "", "serve /metrics on this loopback address (host:port)")
 		verbosity   = flag.Int("v", 2, "log verbosity")
@@ -75,13 +77,34 @@ func main() {
 		log.Error(err, "opening the journal")
 		os.Exit(1)
 	}
-	if err := run(log, j, *metricsAddr, *name, *nodeID, *kubeconfig, *dataRoot, *socket, *registry, *gateOnIP, *requeuePods); err != nil {
+	b := backoffs{old: *oldGate, issue: *issueBase}
+	if err := run(log, j, b, *metricsAddr, *name, *nodeID, *kubeconfig, *dataRoot, *socket, *registry, *gateOnIP, *requeuePods); err != nil {
 		log.Error(err, "driver failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, j *journal, metricsAddr, name, nodeID, kubeconfig, dataRoot, socket, registry string, gateOnIP, requeuePods bool) error {
+// backoffs configures the manager's backoffs from the flags.
+type backoffs struct {
+	old   bool
+	issue time.Duration
+}
+
+// apply sets the manager's backoff options.
+func (b backoffs) apply(o *manager.Options) {
+	if b.issue > 0 {
+		issue := manager.DefaultRenewalBackoff()
+		issue.Duration = b.issue
+		o.RenewalBackoffConfig = &issue
+	}
+	if b.old {
+		gate := manager.DefaultRenewalBackoff()
+		o.GateBackoffConfig = &gate
+		o.GatePollInterval = -1
+	}
+}
+
+func run(log logr.Logger, j *journal, b backoffs, metricsAddr, name, nodeID, kubeconfig, dataRoot, socket, registry string, gateOnIP, requeuePods bool) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -132,7 +155,7 @@ func run(log logr.Logger, j *journal, metricsAddr, name, nodeID, kubeconfig, dat
 	}
 
 	mlog := log.WithName("manager")
-	m, err := manager.NewManager(manager.Options{
+	opts := manager.Options{
 		Client:             cm,
 		MetadataReader:     fs,
 		Log:                &mlog,
@@ -158,7 +181,9 @@ func run(log logr.Logger, j *journal, metricsAddr, name, nodeID, kubeconfig, dat
 		ReadyToRequest: gate,
 		EventRecorder:  recorder,
 		Metrics:        met,
-	})
+	}
+	b.apply(&opts)
+	m, err := manager.NewManager(opts)
 	if err != nil {
 		return err
 	}
