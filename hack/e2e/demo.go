@@ -98,11 +98,7 @@ func (c *cluster) demoRenewal(ctx context.Context) demoStory {
 		return s
 	}
 	defer func() { _ = c.deletePod(ctx, pod) }()
-	lines, err := c.waitLines(ctx, pod, "a renewal seen in the container", time.Minute, func(l []logLine) bool {
-		serials, bad := okSerials(l)
-		return len(serials) >= 2 || bad != ""
-	})
-	serials, bad := okSerials(lines)
+	lines, serials, bad, err := c.waitSerials(ctx, pod, "a renewal seen in the container", 2, time.Minute)
 	switch {
 	case err != nil:
 		s.summary = err.Error()
@@ -158,10 +154,7 @@ func (c *cluster) demoOutage(ctx context.Context) demoStory {
 	}
 	end()
 	logf("%s  signer outage ends after %v, %d requests failed", pod, time.Since(start).Round(10*time.Millisecond), c.requestsCreatedFor(pod))
-	lines, err := c.waitLines(ctx, pod, "the certificate after the outage", time.Minute, func(l []logLine) bool {
-		serials, _ := okSerials(l)
-		return len(serials) > 0
-	})
+	lines, _, _, err := c.waitSerials(ctx, pod, "the certificate after the outage", 1, time.Minute)
 	if err != nil {
 		s.summary = err.Error()
 		return s

@@ -80,6 +80,17 @@ func okSerials(lines []logLine) (serials []string, bad string) {
 	return serials, bad
 }
 
+// waitSerials waits until the checker has reported at least n distinct good certificates, or a
+// bad set, and returns its lines, the serials and the first bad line.
+func (c *cluster) waitSerials(ctx context.Context, pod, what string, n int, timeout time.Duration) (lines []logLine, serials []string, bad string, err error) {
+	lines, err = c.waitLines(ctx, pod, what, timeout, func(l []logLine) bool {
+		s, b := okSerials(l)
+		return len(s) >= n || b != ""
+	})
+	serials, bad = okSerials(lines)
+	return lines, serials, bad, err
+}
+
 // volumeDirOf returns the driver's directory of the pod's volume ("" if there is none).
 func (c *cluster) volumeDirOf(pod string) string {
 	dirs, _ := filepath.Glob(filepath.Join(c.n.dir, "driver", "inmemfs", "*", "metadata.json"))
@@ -197,11 +208,7 @@ func (c *cluster) storiesWithLivePods(ctx context.Context) []result {
 	}
 
 	// 3: the renewing pod's container sees its serial change, never a mismatched set.
-	lines, err = c.waitLines(ctx, renewing, "a renewal seen in the container", time.Minute, func(l []logLine) bool {
-		serials, bad := okSerials(l)
-		return len(serials) >= 2 || bad != ""
-	})
-	serials, bad := okSerials(lines)
+	_, serials, bad, err := c.waitSerials(ctx, renewing, "a renewal seen in the container", 2, time.Minute)
 	switch {
 	case err != nil:
 		s3.detail = err.Error()
@@ -221,13 +228,9 @@ func (c *cluster) storiesWithLivePods(ctx context.Context) []result {
 		return all()
 	}
 	restarted := len(serials)
-	lines, err = c.waitLines(ctx, renewing, "a renewal after the restart", time.Minute, func(l []logLine) bool {
-		s, bad := okSerials(l)
-		return len(s) > restarted || bad != ""
-	})
+	_, serials, bad, err = c.waitSerials(ctx, renewing, "a renewal after the restart", restarted+1, time.Minute)
 	longLines, _ := c.containerLines(ctx, longLived)
 	longSerials, longBad := okSerials(longLines)
-	serials, bad = okSerials(lines)
 	switch {
 	case err != nil:
 		s5.detail = err.Error()
@@ -410,14 +413,11 @@ func (c *cluster) gateVariant(ctx context.Context, prefix string, pods int) (*ga
 	}()
 	f := &gateFigures{}
 	for _, name := range names {
-		lines, err := c.waitLines(ctx, name, name+"'s certificate in the container", 2*time.Minute, func(l []logLine) bool {
-			s, bad := okSerials(l)
-			return len(s) > 0 || bad != ""
-		})
+		lines, _, bad, err := c.waitSerials(ctx, name, name+"'s certificate in the container", 1, 2*time.Minute)
 		if err != nil {
 			return nil, err
 		}
-		if _, bad := okSerials(lines); bad != "" {
+		if bad != "" {
 			return nil, fmt.Errorf("%s: %s", name, bad)
 		}
 		if !strings.HasPrefix(lines[0].text, "certificate ok") {
@@ -551,15 +551,12 @@ func (c *cluster) killVariant(ctx context.Context, story, pod string, deletePod,
 		return r
 	}
 	release()
-	lines, err := c.waitLines(ctx, pod, "the certificate after kubelet's retry", 2*time.Minute, func(l []logLine) bool {
-		s, bad := okSerials(l)
-		return len(s) > 0 || bad != ""
-	})
+	_, _, bad, err := c.waitSerials(ctx, pod, "the certificate after kubelet's retry", 1, 2*time.Minute)
 	if err != nil {
 		r.detail = err.Error()
 		return r
 	}
-	if _, bad := okSerials(lines); bad != "" {
+	if bad != "" {
 		r.detail = bad
 		return r
 	}
