@@ -301,12 +301,6 @@ func certPod(name string, lifetime time.Duration) *corev1.Pod {
 	}
 }
 
-// containerLog returns the checker container's log, read through the API (pods/log).
-func (c *cluster) containerLog(ctx context.Context, pod string) (string, error) {
-	raw, err := c.kube.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: "checker"}).DoRaw(ctx)
-	return string(raw), err
-}
-
 // deletePod deletes a pod gracefully and waits until it is gone: kubelet removes the pod object
 // only once it has stopped its containers and unpublished its volumes.
 func (c *cluster) deletePod(ctx context.Context, name string) error {

@@ -1,9 +1,10 @@
 // Command e2e runs the library's stories on a real node: kubelet, containerd, runc and Debian's
 // CNI plugins on this machine, against an envtest kube-apiserver, with a CSI driver built from
 // the library's public API (hack/e2e/driver) that kubelet discovers through its plugin
-// registration socket. It needs root; it says why and exits 2 where the machine cannot run a
-// node. Every process it starts is stopped by its recorded PID, and everything it creates is
-// removed, when it ends.
+// registration socket. With -demo it tells the demo's four stories instead (make demo on a
+// machine that can run a node). It needs root; it says why and exits 2 where the machine cannot
+// run a node. Every process it starts is stopped by its recorded PID, and everything it creates
+// is removed, when it ends.
 package main
 
 import (
@@ -220,12 +221,4 @@ func poll(ctx context.Context, what string, interval, timeout time.Duration, con
 		case <-time.After(interval):
 		}
 	}
-}
-
-// firstLine returns s up to its first newline.
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }

@@ -253,15 +253,12 @@ func (n *node) stopProcess(p *process) {
 }
 
 // restartProcess stops the named child and starts it again with the same command line.
-func (n *node) restartProcess(name string, down func()) error {
+func (n *node) restartProcess(name string) error {
 	p := n.processNamed(name)
 	if p == nil {
 		return fmt.Errorf("%s is not running", name)
 	}
 	n.stopProcess(p)
-	if down != nil {
-		down()
-	}
 	return n.startProcess(name, p.path, p.args...)
 }
 

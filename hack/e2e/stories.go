@@ -517,7 +517,7 @@ func (c *cluster) killVariant(ctx context.Context, story, pod string, deletePod,
 		}
 	}
 	if restartKubelet {
-		if err := c.n.restartProcess("kubelet", nil); err != nil {
+		if err := c.n.restartProcess("kubelet"); err != nil {
 			r.detail = err.Error()
 			return r
 		}
