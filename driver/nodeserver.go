@@ -24,10 +24,6 @@ import (
 const (
 	// publishTimeout bounds how long NodePublishVolume waits for the first certificate.
 	publishTimeout = 60 * time.Second
-
-	ephemeralKey    = "csi.storage.k8s.io/ephemeral"
-	podNameKey      = "csi.storage.k8s.io/pod.name"
-	podNamespaceKey = "csi.storage.k8s.io/pod.namespace"
 )
 
 type nodeServer struct {
@@ -67,7 +63,7 @@ func (ns *nodeServer) validatePublish(req *csi.NodePublishVolumeRequest) error {
 	if req.GetTargetPath() == "" {
 		return status.Error(codes.InvalidArgument, "target_path: must be set")
 	}
-	if req.GetVolumeContext()[ephemeralKey] != "true" {
+	if req.GetVolumeContext()[metadata.EphemeralVolumeContextKey] != "true" {
 		return status.Error(codes.InvalidArgument, "only ephemeral volume types are supported")
 	}
 	if !req.GetReadonly() {
@@ -97,7 +93,7 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	id := req.GetVolumeId()
-	log := ns.log.WithValues("volume_id", id, "pod", req.GetVolumeContext()[podNameKey], "namespace", req.GetVolumeContext()[podNamespaceKey])
+	log := ns.log.WithValues("volume_id", id, "pod", req.GetVolumeContext()[metadata.PodNameVolumeContextKey], "namespace", req.GetVolumeContext()[metadata.PodNamespaceVolumeContextKey])
 
 	unlock, err := ns.lockVolume(ctx, id)
 	if err != nil {

@@ -1,14 +1,13 @@
 package manager
 
 import (
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 )
@@ -38,8 +37,6 @@ const (
 // GatePendingEventAfter is how long the readiness gate must have said "not yet" before a
 // ReadinessGatePending event is recorded (at the first gate check after that).
 const GatePendingEventAfter = 10 * time.Second
-
-const podNamespaceKey = "csi.storage.k8s.io/pod.namespace"
 
 // outcome is the class of a volume's last attempt, for its state.
 type outcome int
@@ -127,7 +124,7 @@ func (m *Manager) publishStatesLocked() {
 // podReference names the volume's Pod from its volume context; nil when name, namespace or UID
 // is missing (no event is recorded then).
 func podReference(meta metadata.Metadata) *corev1.ObjectReference {
-	name, ns, uid := meta.VolumeContext[podNameKey], meta.VolumeContext[podNamespaceKey], meta.VolumeContext[podUIDKey]
+	name, ns, uid := meta.VolumeContext[metadata.PodNameVolumeContextKey], meta.VolumeContext[metadata.PodNamespaceVolumeContextKey], meta.VolumeContext[metadata.PodUIDVolumeContextKey]
 	if name == "" || ns == "" || uid == "" {
 		return nil
 	}
@@ -152,7 +149,10 @@ func (m *Manager) recordEvent(v *volume, eventType, reason, format string, args 
 // certificateWritten records a written key pair: the volume's status, the certificate's
 // expiry for the watch, and the Issued or Renewed event.
 func (m *Manager) certificateWritten(v *volume, namespace, name string, chain []byte, first bool) {
-	notAfter, _ := leafNotAfter(chain)
+	var notAfter time.Time
+	if leaf, err := certs.ParseLeaf(chain); err == nil {
+		notAfter = leaf.NotAfter
+	}
 	m.mu.Lock()
 	v.watch.notAfter = notAfter
 	v.watch.generation++
@@ -284,24 +284,11 @@ func (m *Manager) cachedNotAfter(volumeID string) time.Time {
 		return time.Time{}
 	}
 	for i := len(reqs) - 1; i >= 0; i-- {
-		if t, ok := leafNotAfter(reqs[i].Status.Certificate); ok {
-			return t
+		if leaf, err := certs.ParseLeaf(reqs[i].Status.Certificate); err == nil {
+			return leaf.NotAfter
 		}
 	}
 	return time.Time{}
-}
-
-// leafNotAfter returns the NotAfter of the first certificate of a PEM chain.
-func leafNotAfter(chain []byte) (time.Time, bool) {
-	block, _ := pem.Decode(chain)
-	if block == nil {
-		return time.Time{}, false
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return cert.NotAfter, true
 }
 
 // describeDelay says when an attempt is due, for event messages.

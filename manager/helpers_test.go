@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
@@ -306,4 +307,13 @@ func labelValue(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
+}
+
+// defaultNextIssuanceTime is the renewal point of a chain's leaf, without jitter.
+func defaultNextIssuanceTime(chain []byte) (time.Time, error) {
+	cert, err := certs.ParseLeaf(chain)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return certs.RenewalPoint(cert), nil
 }

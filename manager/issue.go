@@ -2,9 +2,6 @@ package manager
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"sort"
@@ -21,6 +18,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -193,8 +191,8 @@ func (m *Manager) newRequest(meta metadata.Metadata, bundle *CertificateRequestB
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "v1",
 				Kind:       "Pod",
-				Name:       meta.VolumeContext[podNameKey],
-				UID:        types.UID(meta.VolumeContext[podUIDKey]),
+				Name:       meta.VolumeContext[metadata.PodNameVolumeContextKey],
+				UID:        types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey]),
 			}},
 		},
 		Spec: cmapi.CertificateRequestSpec{
@@ -358,40 +356,15 @@ func condition(req *cmapi.CertificateRequest, t cmapi.CertificateRequestConditio
 	return nil
 }
 
-// defaultNextIssuanceTime is upstream's renewal point: NotAfter − (NotAfter − NotBefore)/3.
-func defaultNextIssuanceTime(chain []byte) (time.Time, error) {
-	cert, err := parseLeaf(chain)
-	if err != nil {
-		return time.Time{}, err
-	}
-	return renewalPoint(cert), nil
-}
-
-func renewalPoint(cert *x509.Certificate) time.Time {
-	return cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore) / 3)
-}
-
-func parseLeaf(chain []byte) (*x509.Certificate, error) {
-	block, _ := pem.Decode(chain)
-	if block == nil {
-		return nil, errors.New("issued certificate is not PEM")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("parsing issued certificate: %w", err)
-	}
-	return cert, nil
-}
-
 // nextIssuanceTime is the default next issuance time of a volume's new certificate: upstream's
 // renewal point R, moved earlier by a deterministic draw from [0, jitter·(R − NotBefore)] when
 // jitter is set. The draw depends only on the volume ID and the certificate's serial number.
 func nextIssuanceTime(chain []byte, volumeID string, jitter float64) (time.Time, error) {
-	cert, err := parseLeaf(chain)
+	cert, err := certs.ParseLeaf(chain)
 	if err != nil {
 		return time.Time{}, err
 	}
-	r := renewalPoint(cert)
+	r := certs.RenewalPoint(cert)
 	if jitter <= 0 {
 		return r, nil
 	}

@@ -33,9 +33,6 @@ const (
 
 	// volumeHashIndex indexes the informer's requests by the volume-hash label.
 	volumeHashIndex = "volumeIDHash"
-
-	podUIDKey  = "csi.storage.k8s.io/pod.uid"
-	podNameKey = "csi.storage.k8s.io/pod.name"
 )
 
 // Manager obtains and renews certificates for the volumes it manages. Create it with NewManager;
@@ -260,7 +257,7 @@ func (m *Manager) register(id string) *volume {
 // noteMetadata records what the manager learns from a volume's metadata: its pod (for
 // RequeuePod, events and the log) and whether it has a certificate (for its state).
 func (m *Manager) noteMetadata(v *volume, meta metadata.Metadata) {
-	uid := types.UID(meta.VolumeContext[podUIDKey])
+	uid := types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.volumes[v.id] != v {
@@ -277,7 +274,7 @@ func (m *Manager) noteMetadata(v *volume, meta metadata.Metadata) {
 	}
 	m.dropPodIndex(v)
 	v.podUID = uid
-	v.log = m.log.WithValues("volume_id", v.id, "pod", meta.VolumeContext[podNameKey])
+	v.log = m.log.WithValues("volume_id", v.id, "pod", meta.VolumeContext[metadata.PodNameVolumeContextKey])
 	if uid != "" {
 		if m.podVolumes[uid] == nil {
 			m.podVolumes[uid] = make(map[string]struct{})

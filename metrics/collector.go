@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/storage"
 )
 
@@ -102,8 +101,8 @@ func (c *CertificateRequestCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if req.Status.Certificate == nil {
 			ch <- prometheus.MustNewConstMetric(expirationDesc, prometheus.GaugeValue, 0, lv...)
-		} else if notAfter, ok := leafNotAfter(req.Status.Certificate); ok {
-			ch <- prometheus.MustNewConstMetric(expirationDesc, prometheus.GaugeValue, float64(notAfter), lv...)
+		} else if leaf, err := certs.ParseLeaf(req.Status.Certificate); err == nil {
+			ch <- prometheus.MustNewConstMetric(expirationDesc, prometheus.GaugeValue, float64(leaf.NotAfter.Unix()), lv...)
 		}
 		renewal := 0.0
 		if t, ok := nextIssuance[req.Labels[api.VolumeIDHashLabelKey]]; ok {
@@ -149,16 +148,4 @@ func readyStatus(req *cmapi.CertificateRequest) cmmeta.ConditionStatus {
 		}
 	}
 	return cmmeta.ConditionUnknown
-}
-
-func leafNotAfter(chain []byte) (int64, bool) {
-	block, _ := pem.Decode(chain)
-	if block == nil {
-		return 0, false
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return 0, false
-	}
-	return cert.NotAfter.Unix(), true
 }

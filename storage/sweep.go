@@ -201,5 +201,5 @@ func unmountIfMountPoint(mounter mount.Interface, path string) (bool, error) {
 }
 
 func podName(meta metadata.Metadata) string {
-	return meta.VolumeContext["csi.storage.k8s.io/pod.name"]
+	return meta.VolumeContext[metadata.PodNameVolumeContextKey]
 }
