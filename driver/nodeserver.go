@@ -101,23 +101,21 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 	}
 	defer unlock()
 
-	existing, err := ns.store.ReadMetadata(id)
-	switch {
-	case err == nil:
-	case errors.Is(err, storage.ErrNotFound):
-	default:
-		return nil, status.Errorf(codes.Internal, "reading metadata of volume %q: %v", id, err)
-	}
-	wasMounted := err == nil && existing.Mounted
-
 	meta := metadata.FromNodePublishVolumeRequest(req)
 	if ns.continueOnNotReady {
-		// As upstream: a zero time marks "managed, no certificate yet".
+		// A zero time marks "managed, no certificate yet".
 		meta.NextIssuanceTime = &time.Time{}
 	}
 	if _, err := ns.store.RegisterMetadata(meta); err != nil {
 		return nil, status.Errorf(codes.Internal, "registering volume %q: %v", id, err)
 	}
+	// The one read of the publish: registering keeps a stored volume's Mounted and
+	// NextIssuanceTime, and the manager decides on what was read here.
+	stored, err := ns.store.ReadMetadata(id)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading metadata of volume %q: %v", id, err)
+	}
+	wasMounted := stored.Mounted
 	succeeded, foreignMount := false, false
 	defer func() {
 		if !succeeded && !wasMounted {
@@ -125,10 +123,8 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 		}
 	}()
 
-	if !ns.manager.IsVolumeReady(id) {
-		if err := ns.obtainCertificate(ctx, log, id); err != nil {
-			return nil, err
-		}
+	if err := ns.obtainCertificate(ctx, id, stored); err != nil {
+		return nil, err
 	}
 	if err := ns.ensureMounted(log, ns.store.PathForVolume(id), req.GetTargetPath()); err != nil {
 		foreignMount = errors.Is(err, errForeignMount)
@@ -175,24 +171,19 @@ func (ns *nodeServer) lockVolume(ctx context.Context, id string) (func(), error)
 	return unlock, nil
 }
 
-// obtainCertificate issues the volume's certificate now if it is ready to request, as upstream:
-// ManageVolumeImmediate, whose definite failures reach kubelet as Unknown with the manager's
-// text (a gate that closed between the check and the attempt too, whatever ContinueOnNotReady). If the call's deadline passes first, DeadlineExceeded: the request stays pending and
-// kubelet's retry resumes it. A volume not ready to request fails with upstream's Unknown
-// message, or, with ContinueOnNotReady, is handed to the background loop.
-func (ns *nodeServer) obtainCertificate(ctx context.Context, log logr.Logger, id string) error {
-	if ready, reason := ns.manager.IsVolumeReadyToRequest(id); !ready {
-		if !ns.continueOnNotReady {
-			return notReadyError(reason)
-		}
-		log.Info("Volume not ready to request a certificate; the background loop will issue it", "reason", reason)
-		ns.manager.ManageVolume(id)
-		return nil
-	}
-	_, err := ns.manager.ManageVolumeImmediate(ctx, id)
+// obtainCertificate makes sure the volume has a certificate before it is mounted
+// (Manager.ManageVolumeForPublish): a definite failure reaches kubelet as Unknown with the
+// manager's text, a closed readiness gate as Unknown with the text drivers match on (unless
+// ContinueOnNotReady hands the volume to the background loop), and a deadline that passes first
+// as DeadlineExceeded: the request stays pending and kubelet's retry resumes it.
+func (ns *nodeServer) obtainCertificate(ctx context.Context, id string, stored metadata.Metadata) error {
+	err := ns.manager.ManageVolumeForPublish(ctx, stored, ns.continueOnNotReady)
+	var notReady *manager.NotReadyToRequestError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &notReady) && !ns.continueOnNotReady:
+		return notReadyError(notReady.Reason)
 	case ctx.Err() != nil:
 		return status.Errorf(codes.DeadlineExceeded, "waiting for the certificate of volume %q: %v", id, err)
 	default:

@@ -19,9 +19,8 @@ import (
 // Waiting is not failing: it uses no backoff step and counts no error. It ends at once when the
 // waiter's context does (the volume unmanaged, the manager stopped, a publish's deadline).
 type admission struct {
-	clock     clock.Clock
-	afterFunc func(time.Duration, func()) func() bool
-	max       int
+	clock clock.Clock
+	max   int
 	// interval is the time one token takes to earn; zero means no bucket. capacity is
 	// burst·interval: the bucket holds its tokens as earned time, so a fake clock's Step of
 	// exactly one interval yields exactly one token.
@@ -46,10 +45,9 @@ type admissionWaiter struct {
 	admitted bool
 }
 
-func newAdmission(o Options, afterFunc func(time.Duration, func()) func() bool, waitingChanged func(int), waited func()) *admission {
+func newAdmission(o Options, waitingChanged func(int), waited func()) *admission {
 	a := &admission{
 		clock:          o.Clock,
-		afterFunc:      afterFunc,
 		max:            o.MaxConcurrentIssuances,
 		waitingChanged: waitingChanged,
 		waited:         waited,
@@ -165,7 +163,7 @@ func (a *admission) admitLocked() {
 	if a.queue.Len() == 0 || a.inFlight >= a.max || a.interval == 0 || a.stopTimer != nil || a.closed {
 		return
 	}
-	a.stopTimer = a.afterFunc(a.interval-a.credit, func() {
+	a.stopTimer = afterFunc(a.clock, a.interval-a.credit, func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.stopTimer = nil
@@ -181,7 +179,8 @@ func (a *admission) admitLocked() {
 // too long) and starts afresh when admitted, so the wait ends only with the volume or the
 // manager; a publish's attempt waits within the caller's deadline. The returned release frees
 // the slot; call it when the attempt is over.
-func (m *Manager) admit(ctx context.Context, a *attempt) (release func(), err error) {
+func (a *attempt) admit(ctx context.Context) (release func(), err error) {
+	m := a.m
 	if release, ok := m.admission.tryAcquire(); ok {
 		return release, nil
 	}
@@ -191,12 +190,12 @@ func (m *Manager) admit(ctx context.Context, a *attempt) (release func(), err er
 		}
 		defer a.deadline.restart()
 	}
-	m.logFor(a.v).V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
+	a.v.logger().V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
 	release, err = m.admission.wait(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for issuance admission: %w", err)
 	}
-	m.logFor(a.v).V(4).Info("Admitted to issuance")
+	a.v.logger().V(4).Info("Admitted to issuance")
 	return release, nil
 }
 

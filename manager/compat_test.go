@@ -43,7 +43,7 @@ func publishAttempt(m *Manager, id string) (deadline func() error, done <-chan e
 func (e *env) waitInformerHas(req *cmapi.CertificateRequest) {
 	e.t.Helper()
 	e.poll("the informer to see "+req.Name, func() bool {
-		_, err := e.m.lister.CertificateRequests(req.Namespace).Get(req.Name)
+		_, err := e.m.requests.lister.CertificateRequests(req.Namespace).Get(req.Name)
 		return err == nil
 	})
 }
@@ -83,9 +83,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 	// Publish #2: resumes R, creates nothing, times out again.
 	deadline, _ = publishAttempt(m, "v1")
 	e.poll("publish #2 to wait on R", func() bool {
-		e.m.mu.Lock()
-		defer e.m.mu.Unlock()
-		return len(e.m.watchers) == 1
+		return e.m.requests.waiting() == 1
 	})
 	if err := deadline(); err == nil {
 		t.Fatal("publish #2 succeeded without a certificate")
@@ -101,7 +99,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.poll("the informer to see R issued", func() bool {
-		got, err := m.lister.CertificateRequests("ns").Get(r.Name)
+		got, err := m.requests.lister.CertificateRequests("ns").Get(r.Name)
 		return err == nil && len(got.Status.Certificate) > 0
 	})
 	if managed, err := m.ManageVolumeImmediate(context.Background(), "v1"); !managed || err != nil {
@@ -116,9 +114,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 	if len(written) != 1 || !keyMatches(t, written[0], issued.Status.Certificate) {
 		t.Fatal("the key pair written is not R's certificate with R's key")
 	}
-	m.mu.Lock()
-	keys := len(m.pendingKeys)
-	m.mu.Unlock()
+	keys := m.keys.count()
 	if keys != 0 {
 		t.Fatalf("%d keys kept after the key pair was written", keys)
 	}
@@ -140,7 +136,7 @@ func TestLoneDeniedConditionIsResumedAndFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.poll("the informer to see the denial", func() bool {
-		got, _ := m.lister.CertificateRequests("ns").Get(r.Name)
+		got, _ := m.requests.lister.CertificateRequests("ns").Get(r.Name)
 		return got != nil && len(got.Status.Conditions) > 0
 	})
 	_, err := m.ManageVolumeImmediate(context.Background(), "v1")
@@ -388,9 +384,9 @@ func TestStopDoesNotWaitForDriverFunctions(t *testing.T) {
 	}
 	close(release)
 	e.poll("the loop to leave", func() bool {
-		m.active.mu.Lock()
-		defer m.active.mu.Unlock()
-		return m.active.n == 0
+		m.life.mu.Lock()
+		defer m.life.mu.Unlock()
+		return m.life.n == 0
 	})
 	if n := testkit.CountActions(e.client, "create"); n != 0 {
 		t.Fatalf("%d requests created after Stop", n)

@@ -176,9 +176,7 @@ func TestEventsThroughAVolumesLife(t *testing.T) {
 	// Wherever the loop is in its backoff, stepping the clock (in steps well inside an
 	// attempt's 60 s deadline) brings the next attempt; stop once it waits on its request.
 	e.poll("a renewal attempt waiting on its request", func() bool {
-		m.mu.Lock()
-		waiting := len(m.watchers) == 1
-		m.mu.Unlock()
+		waiting := m.requests.waiting() == 1
 		if !waiting {
 			e.clock.Step(10 * time.Second)
 		}
@@ -264,9 +262,7 @@ func TestNoEventsWithoutPodOrRecorder(t *testing.T) {
 	if n, _ := testutil.GatherAndCount(plain.registry, "certmanager_csi_volumes"); n != 0 {
 		t.Fatalf("the state gauge appeared without EnableVolumeStateGauge (%d series)", n)
 	}
-	pm.mu.Lock()
-	armed := len(pm.volumes["v1"].watch.stops)
-	pm.mu.Unlock()
+	armed := pm.board.armedTimers(pm.registry.get("v1"))
 	if armed != 0 {
 		t.Fatalf("%d certificate timers armed with nobody listening", armed)
 	}
@@ -300,10 +296,8 @@ func TestRestartedManagerWatchesTheCertificate(t *testing.T) {
 	}
 	t.Cleanup(b.Stop)
 	e.poll("the resumed volume's certificate watch", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		v := b.volumes["v1"]
-		return v != nil && len(v.watch.stops) == 2
+		v := b.registry.get("v1")
+		return v != nil && b.board.armedTimers(v) == 2
 	})
 	e.failKeygen.Store(true)
 	e.clock.SetTime(t0.Add(time.Hour))

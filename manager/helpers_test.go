@@ -317,3 +317,21 @@ func defaultNextIssuanceTime(chain []byte) (time.Time, error) {
 	}
 	return certs.RenewalPoint(cert), nil
 }
+
+// armedTimers is how many overdue and expiry timers the volume has.
+func (b *board) armedTimers(v *volume) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(v.shown.watch.stops)
+}
+
+// isManaged reports whether the volume is registered.
+func (m *Manager) isManaged(id string) bool { return m.registry.get(id) != nil }
+
+// loopStarted reports whether the registered volume's loop has started.
+func (m *Manager) loopStarted(id string) bool {
+	m.registry.mu.Lock()
+	defer m.registry.mu.Unlock()
+	v := m.registry.byID[id]
+	return v != nil && v.loopStarted
+}

@@ -7,84 +7,29 @@ import (
 	"sync/atomic"
 	"time"
 
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	cminformers "github.com/cert-manager/cert-manager/pkg/client/informers/externalversions"
 	cmlisters "github.com/cert-manager/cert-manager/pkg/client/listers/certmanager/v1"
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/clock"
 
-	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/metadata"
-)
-
-const (
-	// issueTimeout bounds one background issuance attempt, on the injected clock.
-	issueTimeout = 60 * time.Second
-
-	// minWaitAfterSuccess is the least a loop waits after a success, even when the new
-	// certificate is already due (signer or clock skew), so that it never becomes a hot loop.
-	minWaitAfterSuccess = time.Second
-
-	// volumeHashIndex indexes the informer's requests by the volume-hash label.
-	volumeHashIndex = "volumeIDHash"
 )
 
 // Manager obtains and renews certificates for the volumes it manages. Create it with NewManager;
 // all methods are safe for concurrent use.
 type Manager struct {
-	opts         Options
-	log          logr.Logger
-	clock        clock.Clock
-	nodeNameHash string
-
-	factory  cminformers.SharedInformerFactory
-	informer cache.SharedIndexInformer
-	lister   cmlisters.CertificateRequestLister
-
-	ctx      context.Context // ends on Stop
-	cancel   context.CancelFunc
+	opts     Options // complete: every default filled in
+	log      logr.Logger
+	nodeHash string
+	life     *lifetime // the context Stop ends, and the goroutines Stop waits for
 	stopOnce sync.Once
-	active   *activity
 
-	mu         sync.Mutex
-	stopped    bool
-	volumes    map[string]*volume
-	podVolumes map[types.UID]map[string]struct{}
-	// pendingKeys holds the private keys of submitted requests whose key pair is not yet
-	// written, by request key (see requestKey). They outlive UnmanageVolume, so that kubelet's
-	// retry of a publish resumes the same request; a key is dropped once its key pair is
-	// written, or when its request is deleted (the request's owner reference lets the garbage
-	// collector delete it with the pod).
-	pendingKeys map[string]pendingKey
-	// created orders the requests this process created, by request key: the apiserver's
-	// CreationTimestamp has one-second resolution.
-	created    map[string]uint64
-	createdSeq uint64
-	// keyFileMu serialises reads and writes of persisted pending keys (see pendingkeys.go):
-	// informer events remove them while attempts write them. It guards sweptKeys too.
-	keyFileMu sync.Mutex
-	// sweptKeys are the pending keys the store's start-up sweep kept, by volume ID: the request
-	// each belongs to. stopSweptKeyExpiry stops the end of their grace period.
-	sweptKeys          map[string]string
-	stopSweptKeyExpiry func() bool
-	// watchers are notified when the informer sees a change to a request, by request key.
-	watchers map[string]map[chan struct{}]struct{}
-	// stateCounts counts the managed volumes by state (see volumeStatus).
-	stateCounts map[string]int
-
-	// admission bounds the attempts past the readiness gate (see admit).
+	// registry is the set of managed volumes; its mutex is the Manager's own.
+	registry  registry
+	requests  *requests
+	keys      *pendingKeys
 	admission *admission
-}
-
-type pendingKey struct {
-	volumeID string
-	key      any
+	board     *board
 }
 
 // volume is the manager's state for one managed volume.
@@ -97,24 +42,27 @@ type volume struct {
 
 	// requeue holds at most one pending Requeue.
 	requeue chan struct{}
-	// attempt is a one-slot semaphore: attempts for one volume never overlap.
-	attempt chan struct{}
+	// slot is a one-slot semaphore: attempts for one volume never overlap.
+	slot chan struct{}
 	// lastWrite is the last key pair written for this registration; nil before the first.
 	lastWrite atomic.Pointer[keypairWrite]
+	// log names the volume, and its pod once the metadata was read.
+	log atomic.Pointer[logr.Logger]
 
 	// fence is held while WriteKeypair runs; fenced is set under it by UnmanageVolume, after
 	// which nothing writes for this registration any more.
 	fence  sync.Mutex
 	fenced bool
 
-	// Guarded by Manager.mu.
+	// Guarded by registry.mu.
 	podUID      types.UID
-	pod         *corev1.ObjectReference // for events; nil without pod name, namespace and UID
-	log         logr.Logger
 	loopStarted bool
-	status      volumeStatus
-	watch       certificateWatch
+
+	// shown is what the board shows of the volume; guarded by board.mu.
+	shown shownVolume
 }
+
+func (v *volume) logger() logr.Logger { return *v.log.Load() }
 
 // keypairWrite records a successful issuance of a volume.
 type keypairWrite struct {
@@ -135,56 +83,31 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	nodeHash := util.HashIdentifier(opts.NodeID)
-	ctx, cancel := context.WithCancel(context.Background())
+	log := opts.Log.WithName("manager")
 	m := &Manager{
-		opts:         opts,
-		log:          opts.Log.WithName("manager"),
-		clock:        opts.Clock,
-		nodeNameHash: nodeHash,
-		ctx:          ctx,
-		cancel:       cancel,
-		active:       newActivity(),
-		volumes:      make(map[string]*volume),
-		podVolumes:   make(map[types.UID]map[string]struct{}),
-		pendingKeys:  make(map[string]pendingKey),
-		created:      make(map[string]uint64),
-		sweptKeys:    make(map[string]string),
-		watchers:     make(map[string]map[chan struct{}]struct{}),
-		stateCounts:  make(map[string]int),
+		opts:     opts,
+		log:      log,
+		nodeHash: nodeHash,
+		life:     newLifetime(),
+		registry: registry{byID: make(map[string]*volume), byPod: make(map[types.UID]map[string]struct{})},
+		keys:     newPendingKeys(log, opts.MetadataReader),
 	}
-	m.admission = newAdmission(opts, m.afterFunc,
+	m.admission = newAdmission(opts,
 		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
 		func() { opts.Metrics.IncrementAdmissionWaits(nodeHash) })
-
-	selector := labels.SelectorFromSet(labels.Set{api.NodeIDHashLabelKey: nodeHash}).String()
-	m.factory = cminformers.NewSharedInformerFactoryWithOptions(opts.Client, 0,
-		cminformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	requests := m.factory.Certmanager().V1().CertificateRequests()
-	m.informer = requests.Informer()
-	if err := m.informer.AddIndexers(cache.Indexers{volumeHashIndex: indexByVolumeHash}); err != nil {
-		cancel()
-		return nil, fmt.Errorf("adding index to CertificateRequest informer: %w", err)
+	if m.requests, err = newRequests(opts.Client, opts.Clock, nodeHash, m.keys.requestDeleted); err != nil {
+		m.life.end()
+		return nil, err
 	}
-	if _, err := m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    m.requestChanged,
-		UpdateFunc: func(_, obj any) { m.requestChanged(obj) },
-		DeleteFunc: m.requestDeleted,
-	}); err != nil {
-		cancel()
-		return nil, fmt.Errorf("adding CertificateRequest event handler: %w", err)
-	}
-	m.lister = requests.Lister()
-	m.factory.Start(ctx.Done())
-	if err := m.waitForSync(ctx); err != nil {
+	m.board = newBoard(opts, nodeHash, m.requests.newestNotAfter)
+	if err := m.requests.start(m.life.ctx); err != nil {
 		m.Stop()
-		return nil, fmt.Errorf("CertificateRequest informer did not sync: %w", err)
+		return nil, err
 	}
 
-	m.loadSweptKeys()
+	m.keys.loadSwept(m.requests.exists, func(d time.Duration, f func()) func() bool { return afterFunc(opts.Clock, d, f) }, m.expireSweptKeys)
 	m.resumeMountedVolumes()
-	m.mu.Lock()
-	m.publishStatesLocked() // every state, zeros included, from the start
-	m.mu.Unlock()
+	m.board.publishStates() // every state, zeros included, from the start
 	return m, nil
 }
 
@@ -223,96 +146,66 @@ func (m *Manager) resumeMountedVolumes() {
 	m.log.Info("Resumed management of mounted volumes", "count", resumed, "stored", len(ids))
 }
 
+// expireSweptKeys ends the grace period of the keys the start-up sweep kept.
+func (m *Manager) expireSweptKeys() {
+	tr := m.life.track()
+	if tr == nil {
+		return
+	}
+	defer tr.done()
+	m.keys.expireSwept()
+}
+
 // CertificateRequestLister lists the node's CertificateRequests from the manager's informer
 // cache, for example for metrics.New.
-func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister { return m.lister }
+func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister {
+	return m.requests.lister
+}
 
-// register adds a volume to the managed set without starting its loop. It returns nil if the
-// volume is already managed or the manager is stopped.
+// register adds a volume to the managed set, and to the board, without starting its loop. It
+// returns nil if the volume is already managed or the manager is stopped.
 func (m *Manager) register(id string) *volume {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stopped {
-		return nil
-	}
-	if _, ok := m.volumes[id]; ok {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(m.ctx)
+	ctx, cancel := context.WithCancel(m.life.ctx)
 	v := &volume{
 		id:        id,
-		log:       m.log.WithValues("volume_id", id),
-		managedAt: m.clock.Now(),
+		managedAt: m.opts.Clock.Now(),
 		ctx:       ctx,
 		cancel:    cancel,
 		requeue:   make(chan struct{}, 1),
-		attempt:   make(chan struct{}, 1),
+		slot:      make(chan struct{}, 1),
 	}
-	m.volumes[id] = v
-	m.stateCounts[v.status.state()]++
-	m.publishStatesLocked()
+	log := m.log.WithValues("volume_id", id)
+	v.log.Store(&log)
+	if !m.registry.add(v) {
+		cancel()
+		return nil
+	}
+	m.board.add(v)
 	return v
 }
 
 // noteMetadata records what the manager learns from a volume's metadata: its pod (for
-// RequeuePod, events and the log) and whether it has a certificate (for its state).
+// RequeuePod and the log) and, on the board, its pod (for events) and whether it has a
+// certificate (for its state).
 func (m *Manager) noteMetadata(v *volume, meta metadata.Metadata) {
-	uid := types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.volumes[v.id] != v {
-		return
+	if m.registry.setPod(v, types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])) {
+		log := m.log.WithValues("volume_id", v.id, "pod", meta.VolumeContext[metadata.PodNameVolumeContextKey])
+		v.log.Store(&log)
 	}
-	if hasCertificate(meta) && !v.status.hasCertificate {
-		m.updateStatusLocked(v, func(s *volumeStatus) { s.hasCertificate = true })
-	}
-	if v.pod == nil {
-		v.pod = podReference(meta)
-	}
-	if uid == v.podUID {
-		return
-	}
-	m.dropPodIndex(v)
-	v.podUID = uid
-	v.log = m.log.WithValues("volume_id", v.id, "pod", meta.VolumeContext[metadata.PodNameVolumeContextKey])
-	if uid != "" {
-		if m.podVolumes[uid] == nil {
-			m.podVolumes[uid] = make(map[string]struct{})
-		}
-		m.podVolumes[uid][v.id] = struct{}{}
-	}
-}
-
-// dropPodIndex removes v from the pod index; m.mu is held.
-func (m *Manager) dropPodIndex(v *volume) {
-	if set := m.podVolumes[v.podUID]; set != nil {
-		delete(set, v.id)
-		if len(set) == 0 {
-			delete(m.podVolumes, v.podUID)
-		}
-	}
-}
-
-func (m *Manager) logFor(v *volume) logr.Logger {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return v.log
+	m.board.noteMetadata(v, meta)
 }
 
 // startLoop starts the volume's renewal loop once. If known is non-nil it is the volume's
 // metadata, just read, which saves the loop its first read.
 func (m *Manager) startLoop(v *volume, known *metadata.Metadata) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stopped || m.volumes[v.id] != v || v.loopStarted {
+	if !m.registry.markLoopStarted(v) {
 		return
 	}
-	tr := m.active.track()
+	tr := m.life.track()
 	if tr == nil {
 		return
 	}
-	v.loopStarted = true
-	go m.run(v, tr, known)
+	go newLoop(m, v, tr).run(known)
 }
 
 // ManageVolume starts managing a volume in the background: its loop issues a certificate when
@@ -328,8 +221,7 @@ func (m *Manager) ManageVolume(volumeID string) (managed bool) {
 }
 
 // ManageVolumeImmediate registers a volume and, if it has no certificate (NextIssuanceTime nil
-// or zero), makes one issuance attempt under ctx before starting the background loop, as
-// upstream does:
+// or zero), makes one issuance attempt under ctx before starting the background loop:
 //   - already managed: (false, nil) at once, no attempt;
 //   - stopped: (false, error);
 //   - metadata unreadable: (true, "reading metadata: ..."), left registered without a loop;
@@ -339,7 +231,7 @@ func (m *Manager) ManageVolume(volumeID string) (managed bool) {
 func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (managed bool, err error) {
 	v := m.register(volumeID)
 	if v == nil {
-		if m.isStopped() {
+		if m.registry.isStopped() {
 			return false, errStopped
 		}
 		return false, nil
@@ -348,22 +240,70 @@ func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (m
 	if err != nil {
 		return true, fmt.Errorf("reading metadata: %w", err)
 	}
-	m.noteMetadata(v, meta)
-	if !hasCertificate(meta) {
-		if err := m.attemptNow(ctx, v); err != nil {
-			return true, err
-		}
-		m.startLoop(v, nil)
-		return true, nil
+	return true, m.issueFirst(ctx, v, meta, false)
+}
+
+// ManageVolumeForPublish is what a NodePublishVolume needs of the manager, given the volume's
+// stored metadata, read once by the caller after registering it:
+//   - a managed volume whose certificate is not due (IsVolumeReady): nil, nothing done;
+//   - otherwise the readiness gate is asked, once. Closed: with continueOnNotReady the volume
+//     is handed to the background loop (ManageVolume) and the result is nil; without, a
+//     *NotReadyToRequestError and nothing done;
+//   - open: as ManageVolumeImmediate, on the given metadata and without asking the gate again.
+//     A volume already managed makes no attempt (nil); a stopped manager gives an error.
+//
+// The publish path reads the metadata once and asks the gate once in all.
+func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Metadata, continueOnNotReady bool) error {
+	if v := m.registry.get(meta.VolumeID); v != nil && isReady(meta, m.opts.Clock.Now()) {
+		return nil
 	}
-	m.startLoop(v, &meta)
-	return true, nil
+	if ready, reason := m.opts.ReadyToRequest(meta); !ready {
+		if !continueOnNotReady {
+			return &NotReadyToRequestError{Reason: reason}
+		}
+		m.log.Info("Volume not ready to request a certificate; the background loop will issue it", "volume_id", meta.VolumeID,
+			"pod", meta.VolumeContext[metadata.PodNameVolumeContextKey], "namespace", meta.VolumeContext[metadata.PodNamespaceVolumeContextKey], "reason", reason)
+		if v := m.register(meta.VolumeID); v != nil {
+			m.noteMetadata(v, meta)
+			m.startLoop(v, &meta)
+		}
+		return nil
+	}
+	v := m.register(meta.VolumeID)
+	if v == nil {
+		if m.registry.isStopped() {
+			return errStopped
+		}
+		return nil
+	}
+	return m.issueFirst(ctx, v, meta, true)
+}
+
+// issueFirst notes a just-registered volume's metadata and, if it has no certificate, makes one
+// attempt on the caller's goroutine (gateOpen: the caller asked the gate already), then starts
+// the loop, unless the attempt failed.
+func (m *Manager) issueFirst(ctx context.Context, v *volume, meta metadata.Metadata, gateOpen bool) error {
+	m.noteMetadata(v, meta)
+	if hasCertificate(meta) {
+		m.startLoop(v, &meta)
+		return nil
+	}
+	if err := m.issueForCaller(ctx, v, meta, gateOpen); err != nil {
+		return err
+	}
+	m.startLoop(v, nil)
+	return nil
 }
 
 // hasCertificate reports whether metadata records an issued certificate: a NextIssuanceTime
 // that is set and not zero (ContinueOnNotReady registers a zero time).
 func hasCertificate(meta metadata.Metadata) bool {
 	return meta.NextIssuanceTime != nil && !meta.NextIssuanceTime.IsZero()
+}
+
+// isReady reports whether the metadata records a certificate that is not yet due at now.
+func isReady(meta metadata.Metadata, now time.Time) bool {
+	return meta.NextIssuanceTime != nil && !now.After(*meta.NextIssuanceTime)
 }
 
 // UnmanageVolume stops managing a volume. It cancels the volume's loop and any attempt in
@@ -373,55 +313,41 @@ func hasCertificate(meta metadata.Metadata) bool {
 // again (see DeleteVolumeMetricSeries for a volume gone for good). Unmanaging an unknown volume
 // does nothing.
 func (m *Manager) UnmanageVolume(volumeID string) {
-	m.mu.Lock()
-	v, ok := m.volumes[volumeID]
-	if ok {
-		m.unregisterLocked(v)
+	v := m.registry.get(volumeID)
+	if v == nil || !m.unregister(v) {
+		return
 	}
-	m.mu.Unlock()
-	if ok {
-		m.cancelAndFence(v)
-	}
-}
-
-// unregisterLocked removes v from the managed set, its state count and its certificate
-// timers; m.mu is held.
-func (m *Manager) unregisterLocked(v *volume) {
-	if m.volumes[v.id] == v {
-		delete(m.volumes, v.id)
-		m.stateCounts[v.status.state()]--
-		m.publishStatesLocked()
-	}
-	m.dropPodIndex(v)
-	m.stopWatchLocked(v)
-}
-
-// cancelAndFence cancels v and waits for a WriteKeypair in flight; after it nothing writes for v.
-func (m *Manager) cancelAndFence(v *volume) {
 	v.cancel()
 	v.fence.Lock()
 	v.fenced = true
 	v.fence.Unlock()
 }
 
+// unregister removes v from the managed set and from the board (its state count and its
+// certificate timers). It reports false if v was no longer registered.
+func (m *Manager) unregister(v *volume) bool {
+	if !m.registry.remove(v) {
+		return false
+	}
+	m.board.remove(v)
+	return true
+}
+
 // DeleteVolumeMetricSeries deletes a volume's per-volume metric series. The node server calls
 // it when the volume is gone for good (a successful NodeUnpublishVolume); a failed publish keeps
 // them, because kubelet retries the same volume.
 func (m *Manager) DeleteVolumeMetricSeries(volumeID string) {
-	m.opts.Metrics.DeleteVolumeSeries(m.nodeNameHash, volumeID)
+	m.opts.Metrics.DeleteVolumeSeries(m.nodeHash, volumeID)
 }
 
 // IsVolumeReady reports whether a managed volume has a certificate that is not yet due for
 // renewal: its NextIssuanceTime is set and the clock is not after it.
 func (m *Manager) IsVolumeReady(volumeID string) bool {
-	if !m.isManaged(volumeID) {
+	if m.registry.get(volumeID) == nil {
 		return false
 	}
 	meta, err := m.opts.MetadataReader.ReadMetadata(volumeID)
-	if err != nil || meta.NextIssuanceTime == nil {
-		return false
-	}
-	return !m.clock.Now().After(*meta.NextIssuanceTime)
+	return err == nil && isReady(meta, m.opts.Clock.Now())
 }
 
 // IsVolumeReadyToRequest asks the driver's ReadyToRequest about a stored volume. If the
@@ -435,27 +361,11 @@ func (m *Manager) IsVolumeReadyToRequest(volumeID string) (bool, string) {
 	return m.opts.ReadyToRequest(meta)
 }
 
-func (m *Manager) isManaged(volumeID string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.volumes[volumeID]
-	return ok
-}
-
-func (m *Manager) isStopped() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.stopped
-}
-
 // Requeue makes a managed volume re-evaluate now if it is waiting because its gate was closed or
 // its certificate is not yet due. It never shortens the wait after an issuance error. A driver
 // calls it when a gate condition may have changed.
 func (m *Manager) Requeue(volumeID string) {
-	m.mu.Lock()
-	v := m.volumes[volumeID]
-	m.mu.Unlock()
-	if v != nil {
+	if v := m.registry.get(volumeID); v != nil {
 		select {
 		case v.requeue <- struct{}{}:
 		default:
@@ -466,13 +376,7 @@ func (m *Manager) Requeue(volumeID string) {
 // RequeuePod calls Requeue for every managed volume of the pod with the given UID, typically
 // from a pod informer's update handler.
 func (m *Manager) RequeuePod(podUID types.UID) {
-	m.mu.Lock()
-	ids := make([]string, 0, len(m.podVolumes[podUID]))
-	for id := range m.podVolumes[podUID] {
-		ids = append(ids, id)
-	}
-	m.mu.Unlock()
-	for _, id := range ids {
+	for _, id := range m.registry.podVolumes(podUID) {
 		m.Requeue(id)
 	}
 }
@@ -483,46 +387,122 @@ func (m *Manager) RequeuePod(podUID types.UID) {
 // ManageVolumeImmediate an error. Stop may be called more than once.
 func (m *Manager) Stop() {
 	m.stopOnce.Do(func() {
-		m.mu.Lock()
-		m.stopped = true
-		vols := make([]*volume, 0, len(m.volumes))
-		for _, v := range m.volumes {
-			vols = append(vols, v)
-			m.stopWatchLocked(v)
-		}
-		m.mu.Unlock()
-		m.cancel()
+		vols := m.registry.stop()
+		m.board.stopWatches(vols)
+		m.life.cancel()
 		for _, v := range vols {
-			// Not cancelAndFence: Stop must not wait for a WriteKeypair.
+			// No fence: Stop must not wait for a WriteKeypair.
 			v.cancel()
 		}
-		if m.stopSweptKeyExpiry != nil {
-			m.stopSweptKeyExpiry()
-		}
-		m.active.closeAndWait()
+		m.keys.stop()
+		m.life.end()
 		m.admission.close()
-		m.factory.Shutdown()
+		m.requests.shutdown()
 	})
 }
 
-// waitForSync waits until the informer has synced or ctx ends. It reacts to the informer's own
-// signal; no timer is involved.
-func (m *Manager) waitForSync(ctx context.Context) error {
-	select {
-	case <-m.informer.HasSyncedChecker().Done():
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+// registry is the set of managed volumes, by ID and by pod.
+type registry struct {
+	mu      sync.Mutex
+	stopped bool
+	byID    map[string]*volume
+	byPod   map[types.UID]map[string]struct{}
+}
+
+// add registers v; false if its ID is already registered or the registry is stopped.
+func (r *registry) add(v *volume) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped || r.byID[v.id] != nil {
+		return false
+	}
+	r.byID[v.id] = v
+	return true
+}
+
+// get returns the registered volume with the ID, or nil.
+func (r *registry) get(id string) *volume {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byID[id]
+}
+
+// remove unregisters v; false if v is not (or no longer) registered.
+func (r *registry) remove(v *volume) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byID[v.id] != v {
+		return false
+	}
+	delete(r.byID, v.id)
+	r.dropPodLocked(v)
+	return true
+}
+
+// setPod files a registered volume under its pod's UID. It reports whether the pod changed.
+func (r *registry) setPod(v *volume, uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byID[v.id] != v || v.podUID == uid {
+		return false
+	}
+	r.dropPodLocked(v)
+	v.podUID = uid
+	if uid != "" {
+		if r.byPod[uid] == nil {
+			r.byPod[uid] = make(map[string]struct{})
+		}
+		r.byPod[uid][v.id] = struct{}{}
+	}
+	return true
+}
+
+func (r *registry) dropPodLocked(v *volume) {
+	if set := r.byPod[v.podUID]; set != nil {
+		delete(set, v.id)
+		if len(set) == 0 {
+			delete(r.byPod, v.podUID)
+		}
 	}
 }
 
-func indexByVolumeHash(obj any) ([]string, error) {
-	req, ok := obj.(*cmapi.CertificateRequest)
-	if !ok {
-		return nil, nil
+// podVolumes returns the IDs of the pod's registered volumes.
+func (r *registry) podVolumes(uid types.UID) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]string, 0, len(r.byPod[uid]))
+	for id := range r.byPod[uid] {
+		ids = append(ids, id)
 	}
-	if h, ok := req.Labels[api.VolumeIDHashLabelKey]; ok {
-		return []string{h}, nil
+	return ids
+}
+
+// markLoopStarted records that v's loop starts; false if it has started already, v is no
+// longer registered or the registry is stopped.
+func (r *registry) markLoopStarted(v *volume) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped || r.byID[v.id] != v || v.loopStarted {
+		return false
 	}
-	return nil, nil
+	v.loopStarted = true
+	return true
+}
+
+func (r *registry) isStopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
+}
+
+// stop refuses further registrations and returns the registered volumes, which stay registered.
+func (r *registry) stop() []*volume {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	vols := make([]*volume, 0, len(r.byID))
+	for _, v := range r.byID {
+		vols = append(vols, v)
+	}
+	return vols
 }

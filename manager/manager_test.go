@@ -108,7 +108,7 @@ func TestRequeueCutsGateWaitButNotErrorWait(t *testing.T) {
 	attemptsBefore := e.counter(issueCalls, "v1")
 	m.RequeuePod("uid-v1")
 	e.stepNotYet(30 * time.Second)
-	v := e.m.volumes["v1"]
+	v := e.m.registry.get("v1")
 	if len(v.requeue) != 1 {
 		t.Fatal("the error wait consumed a Requeue")
 	}
@@ -288,9 +288,7 @@ func TestPendingRequestResumedWhileKeyInMemory(t *testing.T) {
 	if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(cert.PublicKey) {
 		t.Fatal("written key does not match the resumed request")
 	}
-	e.m.mu.Lock()
-	left := len(e.m.pendingKeys)
-	e.m.mu.Unlock()
+	left := e.m.keys.count()
 	if left != 0 {
 		t.Fatalf("%d pending keys kept after issuance", left)
 	}
@@ -368,7 +366,7 @@ func TestManageVolumeImmediateGateClosed(t *testing.T) {
 	if !m.isManaged("v1") {
 		t.Fatal("volume not left registered")
 	}
-	if m.volumes["v1"].loopStarted || e.gateCalls.Load() != 1 {
+	if m.loopStarted("v1") || e.gateCalls.Load() != 1 {
 		t.Fatalf("a loop started after a failed immediate attempt (gate calls %d)", e.gateCalls.Load())
 	}
 	// An immediate attempt's gate refusal is an issuance error too (upstream counts every error
@@ -422,7 +420,7 @@ func TestManageReturnsAsUpstream(t *testing.T) {
 	if !managed || err == nil || !strings.HasPrefix(err.Error(), "reading metadata: ") {
 		t.Fatalf("ManageVolumeImmediate(broken) = %v, %v; want true, reading metadata: ...", managed, err)
 	}
-	if !m.isManaged("broken") || m.volumes["broken"].loopStarted {
+	if !m.isManaged("broken") || m.loopStarted("broken") {
 		t.Fatal("after a read error the volume must stay registered without a loop")
 	}
 
@@ -571,9 +569,8 @@ func TestAttemptDeadlineOnEitherClock(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			fc := testclock.NewFakeClock(start)
-			m := &Manager{clock: wrap(fc)}
 			v := &volume{ctx: context.Background()}
-			ctx, deadline, cancel := m.attemptContext(v)
+			ctx, deadline, cancel := attemptContext(wrap(fc), v)
 			defer cancel()
 			fc.Step(issueTimeout - time.Millisecond)
 			if ctx.Err() != nil {

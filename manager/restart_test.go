@@ -41,9 +41,7 @@ func restartWhilePending(t *testing.T, hideKeyStore bool) (creates int, e *env) 
 	t.Cleanup(b.Stop)
 	e.m = b
 	e.poll("B's attempt to resume or replace the request", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.watchers) == 1
+		return b.requests.waiting() == 1
 	})
 	e.issuePending()
 	e.poll("the key pair to be written", func() bool {
@@ -101,9 +99,7 @@ func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
 	a.Stop()
 	// Replace the persisted key with another key for the same request.
 	other, _ := testkit.NewKey()
-	m := &Manager{opts: e.opts, log: a.log}
-	m.opts.MetadataReader = e.store
-	m.persistKey(&volume{id: "v1", log: a.log}, requestKey(pending.Namespace, pending.Name), other)
+	newPendingKeys(a.log, e.store).remember(a.log, "v1", requestKey(pending.Namespace, pending.Name), other)
 
 	b, err := NewManager(e.opts)
 	if err != nil {

@@ -743,3 +743,52 @@ func TestStopLeavesNoGoroutines(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// countingStore counts metadata reads.
+type countingStore struct {
+	*storage.MemoryFS
+	reads atomic.Int32
+}
+
+func (c *countingStore) ReadMetadata(id string) (metadata.Metadata, error) {
+	c.reads.Add(1)
+	return c.MemoryFS.ReadMetadata(id)
+}
+
+// TestPublishReadsMetadataOnceAndAsksTheGateOnce: a first publish reads the volume's metadata
+// once and asks the readiness gate once before its key pair is written; a publish of a volume
+// whose certificate is not due reads once and does not ask the gate.
+func TestPublishReadsMetadataOnceAndAsksTheGateOnce(t *testing.T) {
+	store := &countingStore{MemoryFS: storage.NewMemoryFS()}
+	var gateCalls atomic.Int32
+	o := testdriver.Options{ReadyToRequest: func(metadata.Metadata) (bool, string) {
+		gateCalls.Add(1)
+		return true, ""
+	}}
+	realIssuance(&o, store)
+	var readsAtWrite, gateCallsAtWrite atomic.Int32
+	o.WriteKeypair = testkit.KeypairWriter(store, func(metadata.Metadata, crypto.PrivateKey, []byte) {
+		readsAtWrite.Store(store.reads.Load())
+		gateCallsAtWrite.Store(gateCalls.Load())
+	})
+	opts, cl, _ := testdriver.Run(t, o)
+	startSigner(t, opts, newCA(t))
+
+	req := publishRequest(t, "vol-1")
+	store.reads.Store(0)
+	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req); err != nil {
+		t.Fatal(err)
+	}
+	if r, g := readsAtWrite.Load(), gateCallsAtWrite.Load(); r != 1 || g != 1 {
+		t.Errorf("before the key pair was written: %d metadata reads and %d gate calls, want 1 and 1", r, g)
+	}
+
+	store.reads.Store(0)
+	gateCalls.Store(0)
+	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req); err != nil {
+		t.Fatal(err)
+	}
+	if r, g := store.reads.Load(), gateCalls.Load(); r != 1 || g != 0 {
+		t.Errorf("publish of a volume whose certificate is not due: %d metadata reads and %d gate calls, want 1 and 0", r, g)
+	}
+}

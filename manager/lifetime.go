@@ -1,26 +1,40 @@
 package manager
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
-// activity counts the manager's own goroutines so that Stop can wait for them, except while one
-// is inside a driver-supplied function: Stop never waits for code it does not control. A
-// goroutine that comes back from a driver function after Stop finds the manager closed and
-// exits at once, touching nothing.
-type activity struct {
+// lifetime is the manager's life: a context that ends on Stop, and a count of the manager's own
+// goroutines so that Stop can wait for them, except while one is inside a driver-supplied
+// function: Stop never waits for code it does not control. A goroutine that comes back from a
+// driver function after Stop finds the manager closed and exits at once, touching nothing.
+type lifetime struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	mu     sync.Mutex
 	idle   *sync.Cond
 	n      int
 	closed bool
 }
 
-func newActivity() *activity {
-	a := &activity{}
+func newLifetime() *lifetime {
+	a := &lifetime{}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.idle = sync.NewCond(&a.mu)
 	return a
 }
 
+// end ends the context, refuses further goroutines and waits until every registered one has
+// left.
+func (a *lifetime) end() {
+	a.cancel()
+	a.closeAndWait()
+}
+
 // enter registers a goroutine of the manager. It reports false once the manager is closed.
-func (a *activity) enter() bool {
+func (a *lifetime) enter() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -31,7 +45,7 @@ func (a *activity) enter() bool {
 }
 
 // leave unregisters a goroutine registered by enter.
-func (a *activity) leave() {
+func (a *lifetime) leave() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.n--
@@ -41,7 +55,7 @@ func (a *activity) leave() {
 }
 
 // closeAndWait refuses further enters and waits until every registered goroutine has left.
-func (a *activity) closeAndWait() {
+func (a *lifetime) closeAndWait() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.closed = true
@@ -53,12 +67,12 @@ func (a *activity) closeAndWait() {
 // tracked is one goroutine's registration. Outside calls it releases its registration for the
 // duration of a driver function.
 type tracked struct {
-	a      *activity
+	a      *lifetime
 	inside bool
 }
 
 // track registers the calling goroutine; nil if the manager is closed.
-func (a *activity) track() *tracked {
+func (a *lifetime) track() *tracked {
 	if !a.enter() {
 		return nil
 	}

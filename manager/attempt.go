@@ -1,0 +1,337 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	"github.com/go-logr/logr"
+
+	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+// attempt is one issuance attempt of one volume, from the loop or for a caller
+// (ManageVolumeImmediate, a publish).
+type attempt struct {
+	m *Manager
+	v *volume
+	// known is the volume's metadata if the caller read it just before the attempt (a caller
+	// whose volume has no loop yet, so nothing wrote since); nil: the attempt reads it (the loop,
+	// whose own read may predate a wait for the volume's attempt slot).
+	known *metadata.Metadata
+	// gateOpen: the caller asked the readiness gate already and it said yes.
+	gateOpen bool
+	// tr is the loop goroutine's registration with Stop; nil for a caller's attempt, which runs
+	// on the caller's goroutine.
+	tr *tracked
+	// deadline is a background attempt's timeout, paused while it waits for admission; nil for
+	// a caller's attempt, which waits within the caller's deadline.
+	deadline *attemptDeadline
+}
+
+// callDriver runs a driver-supplied function. It returns errStopped if the manager stopped
+// while the function ran: the attempt must then return without doing anything more.
+func (a *attempt) callDriver(f func()) error {
+	if !a.tr.outside(f) {
+		return errStopped
+	}
+	return nil
+}
+
+// issue makes the attempt:
+//  1. delete the volume's requests beyond MaxRequestsPerVolume, oldest first;
+//  2. read the metadata, unless the caller did;
+//  3. resume the newest request if it is resumable (see resumable): with its private key
+//     held (pendingKeys), wait for it; without, delete it and go on; a request that is not
+//     resumable is left alone;
+//  4. ask the readiness gate, unless the caller did (a refusal is a *NotReadyToRequestError),
+//     then wait for admission (see admit), which is held until the attempt is over; a resume
+//     (step 3) never waits for admission;
+//  5. generate the key, the request bundle and the CSR; create the CertificateRequest;
+//  6. wait for it; on success call WriteKeypair and forget the key.
+func (a *attempt) issue(ctx context.Context) error {
+	m, v := a.m, a.v
+	log := v.logger()
+	m.opts.Metrics.IncrementIssueCallCountTotal(m.nodeHash, v.id)
+	if err := m.requests.waitForSync(ctx); err != nil {
+		return fmt.Errorf("CertificateRequest informer not synced: %w", err)
+	}
+
+	// Step 1.
+	reqs, err := m.requests.forVolume(v.id)
+	if err != nil {
+		return err
+	}
+	for len(reqs) > m.opts.MaxRequestsPerVolume {
+		if err := m.deleteRequest(ctx, log, reqs[0]); err != nil {
+			return err
+		}
+		reqs = reqs[1:]
+	}
+
+	// Step 2.
+	var meta metadata.Metadata
+	if a.known != nil {
+		meta = *a.known
+	} else if meta, err = m.opts.MetadataReader.ReadMetadata(v.id); err != nil {
+		return fmt.Errorf("reading metadata: %w", err)
+	}
+
+	// Step 3. A key not in memory may have been persisted by an earlier process.
+	if n := len(reqs); n > 0 && resumable(reqs[n-1]) {
+		newest := reqs[n-1]
+		reqKey := requestKey(newest.Namespace, newest.Name)
+		key, ok := m.keys.inMemoryKey(reqKey)
+		if !ok {
+			key, ok = m.keys.recover(log, v.id, newest)
+		}
+		if ok {
+			log.V(2).Info("Resuming CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
+			return a.waitAndWrite(ctx, meta, newest.Namespace, newest.Name, key)
+		}
+		if err := m.deleteRequest(ctx, log, newest); err != nil {
+			return err
+		}
+	} else {
+		m.keys.removeUnclaimed(log, v.id)
+	}
+
+	// Step 4.
+	if !a.gateOpen {
+		var ready bool
+		var reason string
+		if err := a.callDriver(func() { ready, reason = m.opts.ReadyToRequest(meta) }); err != nil {
+			return err
+		}
+		if !ready {
+			return &NotReadyToRequestError{Reason: reason}
+		}
+	}
+	release, err := a.admit(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+
+	// Step 5.
+	var key any
+	var bundle *CertificateRequestBundle
+	var csrPEM []byte
+	var client cmclient.Interface
+	var driverErr error
+	if err := a.callDriver(func() {
+		if key, driverErr = m.opts.GeneratePrivateKey(meta); driverErr != nil {
+			driverErr = fmt.Errorf("generating private key: %w", driverErr)
+			return
+		}
+		if bundle, driverErr = m.opts.GenerateRequest(meta); driverErr != nil {
+			driverErr = fmt.Errorf("generating certificate request: %w", driverErr)
+			return
+		}
+		if csrPEM, driverErr = m.opts.SignRequest(meta, key, bundle.Request); driverErr != nil {
+			driverErr = fmt.Errorf("signing certificate request: %w", driverErr)
+			return
+		}
+		if client, driverErr = m.opts.ClientForMetadata(meta); driverErr != nil {
+			driverErr = fmt.Errorf("building client for volume: %w", driverErr)
+		}
+	}); err != nil {
+		return err
+	}
+	if driverErr != nil {
+		return driverErr
+	}
+	// The driver's functions may outlast the attempt (unmanaged, stopped, deadline): then
+	// nothing is created. The volume's context is checked directly: the attempt's context
+	// learns of an unmanage asynchronously.
+	if v.ctx.Err() != nil {
+		return errStopped
+	}
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("creating CertificateRequest: %w", err)
+	}
+	req := m.requests.build(meta, bundle, csrPEM)
+	// Hold the key before the request exists, so an informer event never finds a request of
+	// ours without it.
+	reqKey := requestKey(req.Namespace, req.Name)
+	m.keys.remember(log, v.id, reqKey, key)
+	created, err := m.requests.create(ctx, client, req)
+	if err != nil {
+		m.keys.requestDeleted(reqKey)
+		return err
+	}
+	log.Info("Created CertificateRequest", "request", created.Name, "namespace", created.Namespace)
+
+	// Step 6.
+	return a.waitAndWrite(ctx, meta, created.Namespace, created.Name, key)
+}
+
+// deleteRequest deletes a stale request of the volume and forgets its key.
+func (m *Manager) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi.CertificateRequest) error {
+	if err := m.requests.delete(ctx, req); err != nil {
+		return err
+	}
+	m.keys.requestDeleted(requestKey(req.Namespace, req.Name))
+	log.V(2).Info("Deleted stale CertificateRequest", "request", req.Name, "namespace", req.Namespace)
+	return nil
+}
+
+// waitAndWrite waits for a submitted request to finish, then hands the key pair to WriteKeypair
+// (unless the volume was unmanaged meanwhile), forgets the key and shows the new certificate on
+// the board.
+func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, namespace, name string, key any) error {
+	m, v := a.m, a.v
+	reqKey := requestKey(namespace, name)
+	req, finished, err := m.requests.wait(ctx, namespace, name)
+	if err != nil {
+		if finished {
+			// Denied, failed or deleted: the key is of no further use.
+			m.keys.drop(reqKey)
+		}
+		return err
+	}
+	nit, err := nextIssuanceTime(req.Status.Certificate, v.id, m.opts.RenewalJitter)
+	if err != nil {
+		m.keys.drop(reqKey)
+		return fmt.Errorf("CertificateRequest %s/%s: %w", namespace, name, err)
+	}
+	firstCertificate := !hasCertificate(meta)
+	meta.NextIssuanceTime = &nit
+
+	v.fence.Lock()
+	if v.fenced {
+		v.fence.Unlock()
+		return errStopped
+	}
+	var writeErr error
+	stopErr := a.callDriver(func() { writeErr = m.opts.WriteKeypair(meta, key, req.Status.Certificate, req.Status.CA) })
+	v.fence.Unlock()
+	if stopErr != nil {
+		return stopErr
+	}
+	if writeErr != nil {
+		return fmt.Errorf("writing key pair: %w", writeErr)
+	}
+	m.keys.drop(reqKey)
+	now := m.opts.Clock.Now()
+	v.lastWrite.Store(&keypairWrite{at: now, due: nit})
+	if !nit.After(now) {
+		v.logger().Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
+			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)
+	}
+	if firstCertificate {
+		m.opts.Metrics.ObservePublishToFirstCertificate(m.nodeHash, m.opts.Clock.Since(v.managedAt))
+	}
+	m.board.certificateWritten(v, namespace, name, req.Status.Certificate, firstCertificate)
+	return nil
+}
+
+// issueForCaller is ManageVolumeImmediate's and a publish's attempt: on the caller's goroutine,
+// under the caller's ctx (and the volume's), never overlapping another attempt of the volume.
+// meta is the volume's metadata as the caller just read it; gateOpen says the caller asked the
+// gate already. Every error it returns counts as an issuance error, the gate's refusal and the
+// caller's deadline included.
+func (m *Manager) issueForCaller(ctx context.Context, v *volume, meta metadata.Metadata, gateOpen bool) error {
+	release, err := acquireSlot(ctx, v)
+	if err != nil {
+		m.opts.Metrics.IncrementIssueErrorCountTotal(m.nodeHash, v.id)
+		return err
+	}
+	defer release()
+	drainRequeue(v)
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(v.ctx, func() { cancel(errStopped) })
+	err = (&attempt{m: m, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
+	stop()
+	cancel(nil)
+	m.recordOutcome(v, err, true, 0)
+	return err
+}
+
+// recordOutcome logs an attempt's outcome, counts it and shows it on the board. A gate refusal
+// counts as gate-pending; it is an issuance error too only for a caller's attempt (forCaller),
+// whose caller sees it as one. next is when the loop attempts again (unused for a caller's
+// attempt: kubelet retries the publish). A failure of a volume unmanaged meanwhile is logged and
+// counted but not shown.
+func (m *Manager) recordOutcome(v *volume, err error, forCaller bool, next time.Duration) {
+	log := v.logger()
+	switch {
+	case err == nil:
+		log.V(2).Info("Certificate issued")
+	case errors.Is(err, ErrNotReadyToRequest):
+		log.V(4).Info("Not ready to request a certificate yet", "reason", err.Error())
+		m.opts.Metrics.IncrementGatePendingCountTotal(m.nodeHash, v.id)
+		if forCaller {
+			m.opts.Metrics.IncrementIssueErrorCountTotal(m.nodeHash, v.id)
+		}
+		m.board.gatePending(v, gateReason(err))
+	default:
+		log.Error(err, "Issuance attempt failed")
+		m.opts.Metrics.IncrementIssueErrorCountTotal(m.nodeHash, v.id)
+		if v.ctx.Err() != nil {
+			return
+		}
+		when := "when kubelet retries the mount"
+		if !forCaller {
+			when = describeDelay(m.opts.Clock.Now(), next)
+		}
+		m.board.attemptFailed(v, err, when)
+	}
+}
+
+// gateReason is the reason the readiness gate gave, from an error matching ErrNotReadyToRequest.
+func gateReason(err error) string {
+	var nr *NotReadyToRequestError
+	if errors.As(err, &nr) {
+		return nr.Reason
+	}
+	return err.Error()
+}
+
+// acquireSlot takes the volume's attempt slot, waiting until it is free, ctx ends or the
+// volume is unmanaged.
+func acquireSlot(ctx context.Context, v *volume) (release func(), err error) {
+	select {
+	case v.slot <- struct{}{}:
+		return func() { <-v.slot }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-v.ctx.Done():
+		return nil, errStopped
+	}
+}
+
+// drainRequeue drops a Requeue that arrived before an attempt: the attempt answers it.
+func drainRequeue(v *volume) {
+	select {
+	case <-v.requeue:
+	default:
+	}
+}
+
+// nextIssuanceTime is the default next issuance time of a volume's new certificate: the
+// renewal point R (certs.RenewalPoint), moved earlier by a deterministic draw from
+// [0, jitter·(R − NotBefore)] when jitter is set. The draw depends only on the volume ID and the
+// certificate's serial number.
+func nextIssuanceTime(chain []byte, volumeID string, jitter float64) (time.Time, error) {
+	cert, err := certs.ParseLeaf(chain)
+	if err != nil {
+		return time.Time{}, err
+	}
+	r := certs.RenewalPoint(cert)
+	if jitter <= 0 {
+		return r, nil
+	}
+	h := fnv.New64a()
+	h.Write([]byte(volumeID))
+	h.Write([]byte{0})
+	h.Write(cert.SerialNumber.Bytes())
+	fraction := float64(h.Sum64()>>11) / (1 << 53) // uniform in [0, 1)
+	window := time.Duration(jitter * float64(r.Sub(cert.NotBefore)))
+	return r.Add(-time.Duration(fraction * float64(window))), nil
+}

@@ -1,0 +1,338 @@
+package manager
+
+import (
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/go-logr/logr"
+
+	"github.com/cert-manager/csi-lib/storage"
+)
+
+// pendingKeys holds the private keys of submitted CertificateRequests whose key pair is not yet
+// written, and is the only code that writes or deletes a persisted key file.
+//
+// In memory, keys are held by request key. They outlive UnmanageVolume, so that kubelet's retry
+// of a publish resumes the same request; a key is dropped once its key pair is written, or when
+// its request is denied, failed or deleted (the request's owner reference lets the garbage
+// collector delete it with the pod).
+//
+// With a store that implements storage.PendingKeyStore, the key is also written beside the
+// volume's metadata before its request is created, as a PEM block ("PRIVATE KEY", PKCS #8)
+// whose header names the request. A restarted manager (or any attempt that finds no key in
+// memory) resumes the volume's newest pending request with it, after checking it against the
+// request's CSR. The file goes as soon as its key is of no more use, or with the volume.
+//
+// With a store that implements storage.SweptKeyStore, the keys the start-up sweep kept (of
+// volumes whose first publish was in flight when the driver stopped) wait for their volume to
+// be published again, which adopts the key back into the volume and resumes its request. A kept
+// key is removed when its request is deleted or was already gone at start-up, and in any case
+// sweptKeyGrace after start-up.
+type pendingKeys struct {
+	log   logr.Logger
+	store storage.PendingKeyStore // nil: keys live in memory only
+	swept storage.SweptKeyStore   // nil: the store keeps no swept keys
+
+	// mu guards the maps and serialises every read and write of the key files: the informer's
+	// delete events remove keys while attempts write them.
+	mu       sync.Mutex
+	inMemory map[string]pendingKey
+	// sweptFor holds, by volume ID, the request each kept key belongs to.
+	sweptFor map[string]string
+	// stopExpiry stops the end of the kept keys' grace period.
+	stopExpiry func() bool
+}
+
+// pendingKey is the private key of one submitted request, and the volume it is for.
+type pendingKey struct {
+	volumeID string
+	key      any
+}
+
+// pendingKeyRequestHeader is the PEM header naming the request a persisted key belongs to.
+const pendingKeyRequestHeader = "CertificateRequest"
+
+// sweptKeyGrace is how long a kept key waits for its volume to be published again: more than
+// two of kubelet's longest retry intervals (about two minutes).
+const sweptKeyGrace = 5 * time.Minute
+
+func newPendingKeys(log logr.Logger, store storage.MetadataReader) *pendingKeys {
+	k := &pendingKeys{log: log, inMemory: make(map[string]pendingKey), sweptFor: make(map[string]string)}
+	k.store, _ = store.(storage.PendingKeyStore)
+	k.swept, _ = store.(storage.SweptKeyStore)
+	if k.store == nil {
+		k.swept = nil // a kept key can only be adopted into a PendingKeyStore
+	}
+	return k
+}
+
+// remember holds the key of a request about to be created, in memory and, if the store can
+// keep it, on disk. A key that cannot be encoded, or a failed write, is logged: the request then
+// lives on the key in memory only.
+func (k *pendingKeys) remember(log logr.Logger, volumeID, reqKey string, key crypto.PrivateKey) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.inMemory[reqKey] = pendingKey{volumeID: volumeID, key: key}
+	if k.store == nil {
+		return
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		log.V(2).Info("Cannot persist the private key of a pending request; it will not survive a restart", "request", reqKey, "key_type", fmt.Sprintf("%T", key))
+		return
+	}
+	data := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Headers: map[string]string{pendingKeyRequestHeader: reqKey}, Bytes: der})
+	if err := k.store.WritePendingKey(volumeID, data); err != nil {
+		log.Error(err, "Cannot persist the private key of a pending request; it will not survive a restart", "request", reqKey)
+	}
+}
+
+// inMemoryKey returns the request's key if this process holds it.
+func (k *pendingKeys) inMemoryKey(reqKey string) (any, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	pk, ok := k.inMemory[reqKey]
+	return pk.key, ok
+}
+
+// count is how many keys are held in memory.
+func (k *pendingKeys) count() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.inMemory)
+}
+
+// drop forgets a request's key once it can no longer be used: in memory and, if the volume's
+// persisted key is this request's, on disk (a newer request's key is left alone).
+func (k *pendingKeys) drop(reqKey string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.dropLocked(reqKey)
+}
+
+func (k *pendingKeys) dropLocked(reqKey string) {
+	pk, ok := k.inMemory[reqKey]
+	if !ok {
+		return
+	}
+	delete(k.inMemory, reqKey)
+	if k.store == nil {
+		return
+	}
+	persisted, _, found, err := k.readLocked(pk.volumeID)
+	if found && (err != nil || persisted == reqKey) {
+		if err := k.store.RemovePendingKey(pk.volumeID); err != nil {
+			k.log.Error(err, "Removing a persisted pending key", "volume_id", pk.volumeID, "request", reqKey)
+		}
+	}
+}
+
+// requestDeleted forgets everything held for a request that no longer exists: its key in
+// memory, its persisted key and a kept key of a swept volume.
+func (k *pendingKeys) requestDeleted(reqKey string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.dropLocked(reqKey)
+	for id, kept := range k.sweptFor {
+		if kept == reqKey {
+			k.removeSweptLocked(id, "request", reqKey, "reason", "its request was deleted")
+		}
+	}
+}
+
+// recover returns the persisted key of the volume's newest resumable request, newest, and
+// holds it in memory, if the store has one for that request that matches the request's CSR. A
+// key the start-up sweep kept for the volume is adopted first. A persisted key for another
+// request, or one that does not match, is removed and logged.
+func (k *pendingKeys) recover(log logr.Logger, volumeID string, newest *cmapi.CertificateRequest) (any, bool) {
+	if k.store == nil {
+		return nil, false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	reqKey, key, found, err := k.readLocked(volumeID)
+	if !found && err == nil {
+		if !k.adoptSweptLocked(log, volumeID) {
+			return nil, false
+		}
+		reqKey, key, _, err = k.readLocked(volumeID)
+	}
+	switch {
+	case err != nil:
+		k.removeLocked(log, volumeID, reqKey, err.Error())
+		return nil, false
+	case reqKey != requestKey(newest.Namespace, newest.Name):
+		k.removeLocked(log, volumeID, reqKey, "its request is not the volume's pending request")
+		return nil, false
+	case !keyMatchesRequest(key, newest):
+		k.removeLocked(log, volumeID, reqKey, "it does not match the request's CSR")
+		return nil, false
+	}
+	k.inMemory[reqKey] = pendingKey{volumeID: volumeID, key: key}
+	log.Info("Recovered the persisted private key of a pending CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
+	return key, true
+}
+
+// removeUnclaimed removes the volume's persisted key, if any, when the volume has no pending
+// request: the key belongs to a request that no longer exists.
+func (k *pendingKeys) removeUnclaimed(log logr.Logger, volumeID string) {
+	if k.store == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	reqKey, _, found, err := k.readLocked(volumeID)
+	switch {
+	case err != nil:
+		k.removeLocked(log, volumeID, reqKey, err.Error())
+	case found:
+		k.removeLocked(log, volumeID, reqKey, "its request is not the volume's pending request")
+	}
+}
+
+// removeLocked removes the volume's persisted key and logs why; k.mu is held.
+func (k *pendingKeys) removeLocked(log logr.Logger, volumeID, reqKey, why string) {
+	log.Info("Removing a persisted pending key: "+why, "request", reqKey)
+	if err := k.store.RemovePendingKey(volumeID); err != nil {
+		log.Error(err, "Removing a persisted pending key")
+	}
+}
+
+// readLocked decodes the volume's persisted key: the request it names and the key. found is
+// false when there is none; k.mu is held.
+func (k *pendingKeys) readLocked(volumeID string) (reqKey string, key crypto.Signer, found bool, err error) {
+	data, err := k.store.ReadPendingKey(volumeID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return "", nil, false, nil
+	}
+	if err != nil {
+		return "", nil, false, err
+	}
+	reqKey, key, err = decodePendingKey(data)
+	return reqKey, key, true, err
+}
+
+// decodePendingKey decodes a persisted key: the request its header names, and the key.
+func decodePendingKey(data []byte) (reqKey string, key crypto.Signer, err error) {
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return "", nil, errors.New("persisted pending key is not PEM")
+	}
+	parsed, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return "", nil, fmt.Errorf("parsing persisted pending key: %w", err)
+	}
+	signer, ok := parsed.(crypto.Signer)
+	if !ok {
+		return "", nil, fmt.Errorf("persisted pending key of type %T cannot sign", parsed)
+	}
+	return block.Headers[pendingKeyRequestHeader], signer, nil
+}
+
+// keyMatchesRequest reports whether key is the private key of the request's CSR.
+func keyMatchesRequest(key crypto.Signer, req *cmapi.CertificateRequest) bool {
+	block, _ := pem.Decode(req.Spec.Request)
+	if block == nil {
+		return false
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return false
+	}
+	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
+	return ok && pub.Equal(csr.PublicKey)
+}
+
+// loadSwept learns which request each kept key belongs to and removes those whose request does
+// not exist (requestExists reads the synced informer) or that cannot be decoded. If any key is
+// kept, afterFunc arms the end of the grace period, which calls expire.
+func (k *pendingKeys) loadSwept(requestExists func(reqKey string) bool, afterFunc func(time.Duration, func()) func() bool, expire func()) {
+	if k.swept == nil {
+		return
+	}
+	ids, err := k.swept.SweptPendingKeys()
+	if err != nil {
+		k.log.Error(err, "Cannot list the pending keys the start-up sweep kept")
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		log := k.log.WithValues("volume_id", id)
+		data, err := k.swept.ReadSweptPendingKey(id)
+		if err != nil {
+			log.Error(err, "Cannot read a pending key the start-up sweep kept")
+			continue
+		}
+		reqKey, _, err := decodePendingKey(data)
+		if err == nil && !requestExists(reqKey) {
+			err = errors.New("its request no longer exists")
+		}
+		if err != nil {
+			k.removeSweptLocked(id, "request", reqKey, "reason", err.Error())
+			continue
+		}
+		k.sweptFor[id] = reqKey
+		log.Info("Keeping the pending key of a removed volume until its volume is published again", "request", reqKey, "grace_period", sweptKeyGrace)
+	}
+	if len(k.sweptFor) > 0 {
+		k.stopExpiry = afterFunc(sweptKeyGrace, expire)
+	}
+}
+
+// expireSwept removes every kept key still waiting when the grace period ends.
+func (k *pendingKeys) expireSwept() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for id, reqKey := range k.sweptFor {
+		k.removeSweptLocked(id, "request", reqKey, "reason", "its volume was not published again within the grace period")
+	}
+}
+
+// stop stops the grace period's timer.
+func (k *pendingKeys) stop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopExpiry != nil {
+		k.stopExpiry()
+	}
+}
+
+// adoptSweptLocked moves the key the sweep kept for the volume ID back into the volume; k.mu
+// is held. It reports whether there was one.
+func (k *pendingKeys) adoptSweptLocked(log logr.Logger, volumeID string) bool {
+	if _, kept := k.sweptFor[volumeID]; !kept {
+		return false
+	}
+	delete(k.sweptFor, volumeID)
+	data, err := k.swept.ReadSweptPendingKey(volumeID)
+	if err == nil {
+		err = k.store.WritePendingKey(volumeID, data)
+	}
+	if err != nil {
+		log.Error(err, "Cannot adopt the pending key the start-up sweep kept")
+		return false
+	}
+	if err := k.swept.RemoveSweptPendingKey(volumeID); err != nil {
+		log.Error(err, "Removing an adopted swept pending key")
+	}
+	log.Info("Adopted the pending key the start-up sweep kept for this volume")
+	return true
+}
+
+// removeSweptLocked removes a kept key and forgets it; k.mu is held.
+func (k *pendingKeys) removeSweptLocked(volumeID string, keysAndValues ...any) {
+	delete(k.sweptFor, volumeID)
+	log := k.log.WithValues("volume_id", volumeID)
+	if err := k.swept.RemoveSweptPendingKey(volumeID); err != nil {
+		log.Error(err, "Removing a pending key the start-up sweep kept", keysAndValues...)
+		return
+	}
+	log.Info("Removed a pending key the start-up sweep kept", keysAndValues...)
+}

@@ -1,0 +1,411 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	cminformers "github.com/cert-manager/cert-manager/pkg/client/informers/externalversions"
+	cmlisters "github.com/cert-manager/cert-manager/pkg/client/listers/certmanager/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/cert-manager/csi-lib/internal/api"
+	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+const (
+	// volumeHashIndex indexes the informer's requests by the volume-hash label.
+	volumeHashIndex = "volumeIDHash"
+
+	// cacheRetryInterval is how soon a wait re-reads the informer cache after an error other
+	// than "not found" (on the injected clock).
+	cacheRetryInterval = time.Second
+)
+
+// requests is the node's view of its CertificateRequests: one informer selected by the
+// node-hash label and indexed by the volume-hash label, the order in which this process created
+// requests, and the waiters the informer's events wake. It finds, builds, creates, waits for and
+// deletes a volume's requests; it never polls the apiserver. What else must happen when a
+// request is gone (its private key dropped) is the deleted callback's business.
+type requests struct {
+	client   cmclient.Interface // deletes requests
+	clock    clock.Clock
+	nodeHash string
+	factory  cminformers.SharedInformerFactory
+	informer cache.SharedIndexInformer
+	lister   cmlisters.CertificateRequestLister
+	// deleted is called with the key of every request the informer sees deleted.
+	deleted func(reqKey string)
+
+	mu sync.Mutex
+	// created orders the requests this process created, by request key: the apiserver's
+	// CreationTimestamp has one-second resolution.
+	created    map[string]uint64
+	createdSeq uint64
+	// watchers are notified when the informer sees a change to a request, by request key.
+	watchers map[string]map[chan struct{}]struct{}
+}
+
+// newRequests sets up the informer on the node's requests; start runs it.
+func newRequests(client cmclient.Interface, clk clock.Clock, nodeHash string, deleted func(reqKey string)) (*requests, error) {
+	r := &requests{
+		client:   client,
+		clock:    clk,
+		nodeHash: nodeHash,
+		deleted:  deleted,
+		created:  make(map[string]uint64),
+		watchers: make(map[string]map[chan struct{}]struct{}),
+	}
+	selector := labels.SelectorFromSet(labels.Set{api.NodeIDHashLabelKey: nodeHash}).String()
+	r.factory = cminformers.NewSharedInformerFactoryWithOptions(client, 0,
+		cminformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	informer := r.factory.Certmanager().V1().CertificateRequests()
+	r.informer = informer.Informer()
+	if err := r.informer.AddIndexers(cache.Indexers{volumeHashIndex: indexByVolumeHash}); err != nil {
+		return nil, fmt.Errorf("adding index to CertificateRequest informer: %w", err)
+	}
+	if _, err := r.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    r.changed,
+		UpdateFunc: func(_, obj any) { r.changed(obj) },
+		DeleteFunc: r.gone,
+	}); err != nil {
+		return nil, fmt.Errorf("adding CertificateRequest event handler: %w", err)
+	}
+	r.lister = informer.Lister()
+	return r, nil
+}
+
+// start runs the informer until ctx ends and waits for its cache to sync.
+func (r *requests) start(ctx context.Context) error {
+	r.factory.Start(ctx.Done())
+	if err := r.waitForSync(ctx); err != nil {
+		return fmt.Errorf("CertificateRequest informer did not sync: %w", err)
+	}
+	return nil
+}
+
+// shutdown waits for the informer's goroutines once the context given to start has ended.
+func (r *requests) shutdown() { r.factory.Shutdown() }
+
+// waitForSync waits until the informer has synced or ctx ends. It reacts to the informer's own
+// signal; no timer is involved.
+func (r *requests) waitForSync(ctx context.Context) error {
+	select {
+	case <-r.informer.HasSyncedChecker().Done():
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func indexByVolumeHash(obj any) ([]string, error) {
+	req, ok := obj.(*cmapi.CertificateRequest)
+	if !ok {
+		return nil, nil
+	}
+	if h, ok := req.Labels[api.VolumeIDHashLabelKey]; ok {
+		return []string{h}, nil
+	}
+	return nil, nil
+}
+
+// requestKey names a request the way the informer's events do ("namespace/name", or just
+// "name" in the empty namespace), so waiters and keys always match the events.
+func requestKey(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+// forVolume returns the volume's requests from the informer cache, oldest first by
+// CreationTimestamp, then by the order this process created them, then by name. It uses the
+// volume-hash index (no scan over the node's requests).
+func (r *requests) forVolume(volumeID string) ([]*cmapi.CertificateRequest, error) {
+	objs, err := r.informer.GetIndexer().ByIndex(volumeHashIndex, util.HashIdentifier(volumeID))
+	if err != nil {
+		return nil, fmt.Errorf("listing CertificateRequests of volume: %w", err)
+	}
+	reqs := make([]*cmapi.CertificateRequest, 0, len(objs))
+	for _, o := range objs {
+		if req, ok := o.(*cmapi.CertificateRequest); ok && req.DeletionTimestamp == nil {
+			reqs = append(reqs, req)
+		}
+	}
+	r.mu.Lock()
+	seq := make(map[*cmapi.CertificateRequest]uint64, len(reqs))
+	for _, req := range reqs {
+		seq[req] = r.created[requestKey(req.Namespace, req.Name)]
+	}
+	r.mu.Unlock()
+	sort.Slice(reqs, func(i, j int) bool {
+		ti, tj := reqs[i].CreationTimestamp, reqs[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		if si, sj := seq[reqs[i]], seq[reqs[j]]; si != 0 && sj != 0 && si != sj {
+			return si < sj
+		}
+		return reqs[i].Name < reqs[j].Name
+	})
+	return reqs, nil
+}
+
+// exists reports whether the informer's cache holds the request.
+func (r *requests) exists(reqKey string) bool {
+	ns, name, err := cache.SplitMetaNamespaceKey(reqKey)
+	if err != nil || name == "" {
+		return false
+	}
+	_, err = r.lister.CertificateRequests(ns).Get(name)
+	return err == nil
+}
+
+// newestNotAfter is the expiry of the newest certificate issued for the volume, from the
+// informer's cache; zero if there is none.
+func (r *requests) newestNotAfter(volumeID string) time.Time {
+	reqs, err := r.forVolume(volumeID)
+	if err != nil {
+		return time.Time{}
+	}
+	for i := len(reqs) - 1; i >= 0; i-- {
+		if leaf, err := certs.ParseLeaf(reqs[i].Status.Certificate); err == nil {
+			return leaf.NotAfter
+		}
+	}
+	return time.Time{}
+}
+
+// build makes a volume's CertificateRequest: the node and volume hash labels, the bundle's
+// annotations and spec, Duration always set, and exactly one owner reference to the pod (name
+// and UID from the volume context, even if empty), so that the garbage collector deletes the
+// request with the pod. CreationTimestamp is left to the apiserver.
+func (r *requests) build(meta metadata.Metadata, bundle *CertificateRequestBundle, csrPEM []byte) *cmapi.CertificateRequest {
+	return &cmapi.CertificateRequest{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        string(uuid.NewUUID()),
+			Namespace:   bundle.Namespace,
+			Annotations: bundle.Annotations,
+			Labels: map[string]string{
+				api.NodeIDHashLabelKey:   r.nodeHash,
+				api.VolumeIDHashLabelKey: util.HashIdentifier(meta.VolumeID),
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1",
+				Kind:       "Pod",
+				Name:       meta.VolumeContext[metadata.PodNameVolumeContextKey],
+				UID:        types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey]),
+			}},
+		},
+		Spec: cmapi.CertificateRequestSpec{
+			Duration:  &metav1.Duration{Duration: bundle.Duration},
+			Request:   csrPEM,
+			IsCA:      bundle.IsCA,
+			Usages:    bundle.Usages,
+			IssuerRef: bundle.IssuerRef,
+		},
+	}
+}
+
+// create creates req with client, recording its place in this process's creation order first.
+func (r *requests) create(ctx context.Context, client cmclient.Interface, req *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
+	reqKey := requestKey(req.Namespace, req.Name)
+	r.mu.Lock()
+	r.createdSeq++
+	r.created[reqKey] = r.createdSeq
+	r.mu.Unlock()
+	created, err := client.CertmanagerV1().CertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
+	if err != nil {
+		r.forgetOrder(reqKey)
+		return nil, fmt.Errorf("creating CertificateRequest: %w", err)
+	}
+	return created, nil
+}
+
+// delete deletes a request (one already gone is not an error) and forgets its creation order.
+func (r *requests) delete(ctx context.Context, req *cmapi.CertificateRequest) error {
+	err := r.client.CertmanagerV1().CertificateRequests(req.Namespace).Delete(ctx, req.Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting stale CertificateRequest %s/%s: %w", req.Namespace, req.Name, err)
+	}
+	r.forgetOrder(requestKey(req.Namespace, req.Name))
+	return nil
+}
+
+func (r *requests) forgetOrder(reqKey string) {
+	r.mu.Lock()
+	delete(r.created, reqKey)
+	r.mu.Unlock()
+}
+
+// waitError is how a wait for a request ends without an outcome: the last state seen, with
+// the cause (deadline, unmanage, stop) kept for errors.Is.
+type waitError struct {
+	reason string
+	cause  error
+}
+
+func (e *waitError) Error() string { return "waiting for request: " + e.reason }
+func (e *waitError) Unwrap() error { return e.cause }
+
+// wait waits until the informer reports the request issued (returned), denied or failed
+// (finished is true, with the error drivers' tests match). It reacts to informer events; a
+// request not yet in the cache is waited for, and a cache error other than "not found" is
+// retried after cacheRetryInterval. When ctx ends the error is a *waitError naming the last
+// state seen.
+func (r *requests) wait(ctx context.Context, namespace, name string) (req *cmapi.CertificateRequest, finished bool, err error) {
+	notify, unwatch := r.watch(requestKey(namespace, name))
+	defer unwatch()
+	seen := false
+	lastReason := "request not yet in the informer cache"
+	for {
+		var retry <-chan time.Time
+		req, err := r.lister.CertificateRequests(namespace).Get(name)
+		switch {
+		case err == nil:
+			seen = true
+			done, err := requestOutcome(req)
+			if done {
+				return req, err != nil, err
+			}
+			lastReason = pendingReason(req)
+		case apierrors.IsNotFound(err):
+			if seen {
+				return nil, true, fmt.Errorf("request %q was deleted before it was issued", name)
+			}
+		default:
+			lastReason = err.Error()
+			t := r.clock.NewTimer(cacheRetryInterval)
+			defer t.Stop()
+			retry = t.C()
+		}
+		select {
+		case <-notify:
+		case <-retry:
+		case <-ctx.Done():
+			return nil, false, &waitError{reason: lastReason, cause: context.Cause(ctx)}
+		}
+	}
+}
+
+// watch registers interest in changes to one request.
+func (r *requests) watch(reqKey string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	r.mu.Lock()
+	if r.watchers[reqKey] == nil {
+		r.watchers[reqKey] = make(map[chan struct{}]struct{})
+	}
+	r.watchers[reqKey][ch] = struct{}{}
+	r.mu.Unlock()
+	return ch, func() {
+		r.mu.Lock()
+		delete(r.watchers[reqKey], ch)
+		if len(r.watchers[reqKey]) == 0 {
+			delete(r.watchers, reqKey)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// waiting reports how many requests are being waited for.
+func (r *requests) waiting() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.watchers)
+}
+
+// changed is the informer's add and update handler: it wakes the request's waiters.
+func (r *requests) changed(obj any) {
+	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+		r.notify(key)
+	}
+}
+
+// gone is the informer's delete handler: it forgets the request's creation order, calls
+// deleted, and wakes the request's waiters.
+func (r *requests) gone(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	r.forgetOrder(key)
+	r.deleted(key)
+	r.notify(key)
+}
+
+func (r *requests) notify(reqKey string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ch := range r.watchers[reqKey] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// requestOutcome reports whether a request is finished and, if it is not issued, why. A
+// request marked issued without a certificate is not finished.
+func requestOutcome(req *cmapi.CertificateRequest) (bool, error) {
+	if c := condition(req, cmapi.CertificateRequestConditionDenied); c != nil && c.Status == cmmeta.ConditionTrue {
+		return true, fmt.Errorf("request %q has been denied by the approval plugin: %s", req.Name, c.Message)
+	}
+	if c := condition(req, cmapi.CertificateRequestConditionReady); c != nil {
+		switch {
+		case c.Reason == cmapi.CertificateRequestReasonFailed:
+			return true, fmt.Errorf("request %q has failed: %s", req.Name, c.Message)
+		case c.Status == cmmeta.ConditionTrue && len(req.Status.Certificate) > 0:
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// pendingReason describes a request that is not finished, for the error of a wait that ends.
+func pendingReason(req *cmapi.CertificateRequest) string {
+	c := condition(req, cmapi.CertificateRequestConditionReady)
+	switch {
+	case c == nil:
+		return fmt.Sprintf("request %q has no Ready condition yet", req.Name)
+	case c.Status == cmmeta.ConditionTrue:
+		return fmt.Sprintf("request %q is marked ready but has no certificate", req.Name)
+	default:
+		return fmt.Sprintf("request %q is not ready: %s: %s", req.Name, c.Reason, c.Message)
+	}
+}
+
+// resumable reports whether the newest request of a volume may be waited on again: it has no
+// Ready condition, or its Ready reason is Pending, Issued or empty.
+func resumable(req *cmapi.CertificateRequest) bool {
+	c := condition(req, cmapi.CertificateRequestConditionReady)
+	if c == nil {
+		return true
+	}
+	switch c.Reason {
+	case "", cmapi.CertificateRequestReasonPending, cmapi.CertificateRequestReasonIssued:
+		return true
+	}
+	return false
+}
+
+func condition(req *cmapi.CertificateRequest, t cmapi.CertificateRequestConditionType) *cmapi.CertificateRequestCondition {
+	for i := range req.Status.Conditions {
+		if req.Status.Conditions[i].Type == t {
+			return &req.Status.Conditions[i]
+		}
+	}
+	return nil
+}
