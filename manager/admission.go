@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
 )
 
@@ -21,19 +22,16 @@ import (
 type admission struct {
 	clock clock.Clock
 	max   int
-	// interval is the time one token takes to earn; zero means no bucket. capacity is
-	// burst·interval: the bucket holds its tokens as earned time, so a fake clock's Step of
-	// exactly one interval yields exactly one token.
-	interval time.Duration
-	capacity time.Duration
+	// bucket is the token bucket, asked with explicit times on the injected clock; nil: no rate
+	// limit. It only answers whether a token is there and takes it: the queue is ours, so the
+	// head of the queue is always the next one served.
+	bucket *rate.Limiter
 	// waitingChanged reports the queue length after every change; waited counts one wait.
 	waitingChanged func(n int)
 	waited         func()
 
 	mu        sync.Mutex
 	inFlight  int
-	credit    time.Duration // earned time, at most capacity
-	refilled  time.Time
 	queue     list.List // of *admissionWaiter
 	stopTimer func() bool
 	closed    bool
@@ -43,6 +41,7 @@ type admissionWaiter struct {
 	ready    chan struct{}
 	elem     *list.Element
 	admitted bool
+	token    *rate.Reservation // the token taken when admitted; nil without a bucket
 }
 
 func newAdmission(o Options, waitingChanged func(int), waited func()) *admission {
@@ -51,12 +50,9 @@ func newAdmission(o Options, waitingChanged func(int), waited func()) *admission
 		max:            o.MaxConcurrentIssuances,
 		waitingChanged: waitingChanged,
 		waited:         waited,
-		refilled:       o.Clock.Now(),
 	}
 	if rl := o.IssuanceRateLimit; rl != nil {
-		a.interval = rl.interval()
-		a.capacity = time.Duration(rl.Burst) * a.interval
-		a.credit = a.capacity // the bucket starts full
+		a.bucket = rate.NewLimiter(rate.Limit(rl.PerSecond), rl.Burst) // starts full
 	}
 	return a
 }
@@ -91,9 +87,12 @@ func (a *admission) wait(ctx context.Context) (release func(), err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if w.admitted {
-		// Admitted as ctx ended: hand the slot and the token back.
+		// Admitted as ctx ended: hand the slot back, and the token if no time has passed on
+		// the clock since (the bucket's own rule: a token whose time has passed is spent).
 		a.inFlight--
-		a.credit = min(a.capacity, a.credit+a.interval)
+		if w.token != nil {
+			w.token.CancelAt(a.clock.Now())
+		}
 	} else {
 		a.queue.Remove(w.elem)
 		a.waitingChanged(a.queue.Len())
@@ -127,27 +126,26 @@ func (a *admission) close() {
 	}
 }
 
-// refillLocked adds the time earned since the last refill, up to the bucket's capacity.
-func (a *admission) refillLocked() {
-	now := a.clock.Now()
-	if a.interval > 0 {
-		if earned := now.Sub(a.refilled); earned > 0 {
-			a.credit = min(a.capacity, a.credit+earned)
-		}
-	}
-	a.refilled = now
-}
-
+// canAdmitLocked reports whether a slot and a token are free now.
 func (a *admission) canAdmitLocked() bool {
-	a.refillLocked()
-	return a.inFlight < a.max && (a.interval == 0 || a.credit >= a.interval)
+	return a.inFlight < a.max && (a.bucket == nil || a.bucket.TokensAt(a.clock.Now()) >= 1)
 }
 
-func (a *admission) takeLocked() {
+// takeLocked takes a slot and a token, and returns the token's reservation (nil without a
+// bucket).
+func (a *admission) takeLocked() *rate.Reservation {
 	a.inFlight++
-	if a.interval > 0 {
-		a.credit -= a.interval
+	if a.bucket == nil {
+		return nil
 	}
+	return a.bucket.ReserveN(a.clock.Now(), 1)
+}
+
+// untilTokenLocked is how long until the bucket holds a whole token, rounded up to the
+// nanosecond.
+func (a *admission) untilTokenLocked() time.Duration {
+	missing := 1 - a.bucket.TokensAt(a.clock.Now())
+	return time.Duration(math.Ceil(missing / float64(a.bucket.Limit()) * float64(time.Second)))
 }
 
 // admitLocked admits waiters from the head of the queue while a slot and a token are free. If
@@ -155,15 +153,15 @@ func (a *admission) takeLocked() {
 func (a *admission) admitLocked() {
 	for a.queue.Len() > 0 && a.canAdmitLocked() {
 		w := a.queue.Remove(a.queue.Front()).(*admissionWaiter)
-		a.takeLocked()
+		w.token = a.takeLocked()
 		w.admitted = true
 		close(w.ready)
 		a.waitingChanged(a.queue.Len())
 	}
-	if a.queue.Len() == 0 || a.inFlight >= a.max || a.interval == 0 || a.stopTimer != nil || a.closed {
+	if a.queue.Len() == 0 || a.inFlight >= a.max || a.bucket == nil || a.stopTimer != nil || a.closed {
 		return
 	}
-	a.stopTimer = afterFunc(a.clock, a.interval-a.credit, func() {
+	a.stopTimer = afterFunc(a.clock, a.untilTokenLocked(), func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.stopTimer = nil
@@ -205,11 +203,6 @@ type RateLimit struct {
 	PerSecond float64
 	// Burst is how many tokens the bucket holds (and starts with); at least 1.
 	Burst int
-}
-
-// interval is the time one token takes to earn, at least one nanosecond.
-func (r RateLimit) interval() time.Duration {
-	return max(time.Duration(float64(time.Second)/r.PerSecond), time.Nanosecond)
 }
 
 func (r *RateLimit) invalid() bool {
