@@ -33,6 +33,7 @@ const pollTimeout = 10 * time.Second
 // env is one manager on a fake clientset, a MemoryFS, and a recording fake clock.
 type env struct {
 	t        *testing.T
+	started  int // managers started on client, for waitInformerLive
 	clock    *testkit.RecordingClock
 	client   *fake.Clientset
 	store    *storage.MemoryFS
@@ -132,17 +133,19 @@ func (e *env) start() *Manager {
 	}
 	e.m = m
 	e.t.Cleanup(m.Stop)
+	e.started++
 	e.waitInformerLive()
 	return m
 }
 
-// waitInformerLive makes sure the informer's watch is established, so no event is lost between
-// its initial list and its watch (a property of fake clientsets).
+// waitInformerLive makes sure the informer's watch of the latest manager started is
+// established, so no event is lost between its initial list and its watch (a property of fake
+// clientsets).
 func (e *env) waitInformerLive() {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
 	defer cancel()
-	if err := testkit.WaitInformerWatching(ctx, e.client); err != nil {
+	if err := testkit.WaitInformersWatching(ctx, e.client, e.started); err != nil {
 		e.t.Fatal(err)
 	}
 }

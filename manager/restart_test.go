@@ -34,12 +34,7 @@ func restartWhilePending(t *testing.T, hideKeyStore bool) (creates int, e *env) 
 	e.waitInformerHas(pending)
 	a.Stop()
 
-	b, err := NewManager(e.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Stop)
-	e.m = b
+	b := e.start()
 	e.poll("B's attempt to resume or replace the request", func() bool {
 		return b.requests.waiting() == 1
 	})
@@ -154,13 +149,7 @@ func crashDuringFirstIssuance(t *testing.T, e *env) (*cmapi.CertificateRequest, 
 	if res := e.store.Sweep(testr.New(t)); len(res.KeptPendingKeys) != 1 || len(res.RemovedNeverMounted) != 1 {
 		t.Fatalf("sweep = %+v; want v1 removed and its pending key kept", res)
 	}
-	b, err := NewManager(e.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Stop)
-	e.m = b
-	return pending, b
+	return pending, e.start()
 }
 
 // sweptKeyKept reports whether the store still keeps v1's swept pending key.

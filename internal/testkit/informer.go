@@ -14,17 +14,27 @@ type ActionRecorder interface {
 }
 
 // WaitInformerWatching waits (bounded by ctx) until client has recorded a watch of
-// CertificateRequests: from then on the informer receives every event. A fake clientset drops
+// CertificateRequests selected by a label, as a manager's informer's is: from then on the
+// informer receives every event. A fake clientset drops
 // events that happen between an informer's list and its watch, and it records a watch and
 // registers its watcher under one lock, so this closes the gap without creating anything.
 func WaitInformerWatching(ctx context.Context, client ActionRecorder) error {
+	return WaitInformersWatching(ctx, client, 1)
+}
+
+// WaitInformersWatching is WaitInformerWatching for the n-th manager started on one client: it
+// waits until n watches of CertificateRequests selected by a label (a manager's informer
+// selects its node's requests; a test's own watch selects nothing) were recorded.
+func WaitInformersWatching(ctx context.Context, client ActionRecorder, n int) error {
 	watching := func() bool {
+		seen := 0
 		for _, a := range client.Actions() {
-			if a.GetVerb() == "watch" && a.GetResource().Resource == "certificaterequests" {
-				return true
+			w, ok := a.(k8stesting.WatchAction)
+			if ok && a.GetResource().Resource == "certificaterequests" && !w.GetWatchRestrictions().Labels.Empty() {
+				seen++
 			}
 		}
-		return false
+		return seen >= n
 	}
 	for !watching() {
 		select {
