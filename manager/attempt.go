@@ -232,21 +232,16 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, name
 }
 
 // issueForCaller is ManageVolumeImmediate's and a publish's attempt: on the caller's goroutine,
-// under the caller's ctx (and the volume's), never overlapping another attempt of the volume.
+// under the caller's ctx (and the volume's). It runs before the volume's loop starts, so it never
+// overlaps another attempt of the volume.
 // meta is the volume's metadata as the caller just read it; gateOpen says the caller asked the
 // gate already. Every error it returns counts as an issuance error, the gate's refusal and the
 // caller's deadline included.
 func (m *Manager) issueForCaller(ctx context.Context, v *volume, meta metadata.Metadata, gateOpen bool) error {
-	release, err := acquireSlot(ctx, v)
-	if err != nil {
-		m.opts.Metrics.IncrementIssueErrorCountTotal(m.nodeHash, v.id)
-		return err
-	}
-	defer release()
 	drainRequeue(v)
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(v.ctx, func() { cancel(errStopped) })
-	err = (&attempt{m: m, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
+	stop := context.AfterFunc(&v.ctx, func() { cancel(errStopped) })
+	err := (&attempt{m: m, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
 	stop()
 	cancel(nil)
 	m.recordOutcome(v, err, true, 0)
@@ -291,19 +286,6 @@ func gateReason(err error) string {
 		return nr.Reason
 	}
 	return err.Error()
-}
-
-// acquireSlot takes the volume's attempt slot, waiting until it is free, ctx ends or the
-// volume is unmanaged.
-func acquireSlot(ctx context.Context, v *volume) (release func(), err error) {
-	select {
-	case v.slot <- struct{}{}:
-		return func() { <-v.slot }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-v.ctx.Done():
-		return nil, errStopped
-	}
 }
 
 // drainRequeue drops a Requeue that arrived before an attempt: the attempt answers it.

@@ -65,7 +65,8 @@ type shownVolume struct {
 	listed, removed bool
 	pod             *corev1.ObjectReference // for events; nil without pod name, namespace and UID
 	status          volumeStatus
-	watch           certificateWatch
+	// watch exists only when the board watches certificates (see watching).
+	watch *certificateWatch
 }
 
 func newBoard(o Options, nodeHash string, notAfterOf func(string) time.Time) *board {
@@ -241,11 +242,12 @@ func (b *board) certificateWritten(v *volume, namespace, name string, chain []by
 		notAfter = leaf.NotAfter
 	}
 	b.mu.Lock()
-	w := &v.shown.watch
-	w.notAfter = notAfter
-	w.generation++
-	b.stopWatchLocked(v)
-	w.gatePendingSince, w.gateEventSent = time.Time{}, false
+	if w := b.watchLocked(v); w != nil {
+		w.notAfter = notAfter
+		w.generation++
+		b.stopWatchLocked(v)
+		w.gatePendingSince, w.gateEventSent = time.Time{}, false
+	}
 	b.updateStatusLocked(v, func(s *volumeStatus) { *s = volumeStatus{hasCertificate: true} })
 	b.mu.Unlock()
 	if first {
@@ -274,14 +276,17 @@ func (b *board) gatePending(v *volume, reason string) {
 	now := b.clock.Now()
 	b.mu.Lock()
 	b.updateStatusLocked(v, func(s *volumeStatus) { s.last = outcomeGatePending })
-	w := &v.shown.watch
-	if w.gatePendingSince.IsZero() {
-		w.gatePendingSince = now
-	}
-	since := now.Sub(w.gatePendingSince)
-	send := since >= GatePendingEventAfter && !w.gateEventSent
-	if send {
-		w.gateEventSent = true
+	var since time.Duration
+	send := false
+	if w := b.watchLocked(v); w != nil {
+		if w.gatePendingSince.IsZero() {
+			w.gatePendingSince = now
+		}
+		since = now.Sub(w.gatePendingSince)
+		send = since >= GatePendingEventAfter && !w.gateEventSent
+		if send {
+			w.gateEventSent = true
+		}
 	}
 	b.mu.Unlock()
 	if send {
@@ -298,7 +303,7 @@ func (b *board) watchCertificate(v *volume, renewAt time.Time) {
 		return
 	}
 	b.mu.Lock()
-	notAfter := v.shown.watch.notAfter
+	notAfter := b.watchLocked(v).notAfter
 	b.mu.Unlock()
 	if notAfter.IsZero() {
 		// Outside b.mu: the lookup reads the informer's cache.
@@ -308,7 +313,7 @@ func (b *board) watchCertificate(v *volume, renewAt time.Time) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	w := &v.shown.watch
+	w := b.watchLocked(v)
 	if !v.shown.listed || (w.renewAt.Equal(renewAt) && len(w.stops) > 0) {
 		return
 	}
@@ -325,9 +330,24 @@ func (b *board) watchCertificate(v *volume, renewAt time.Time) {
 		afterFunc(b.clock, w.notAfter.Sub(now), func() { b.certificateExpired(v, gen) }))
 }
 
+// watchLocked returns the volume's certificate watch, made on first use; nil when the board
+// does not watch certificates. b.mu is held.
+func (b *board) watchLocked(v *volume) *certificateWatch {
+	if !b.watching {
+		return nil
+	}
+	if v.shown.watch == nil {
+		v.shown.watch = &certificateWatch{}
+	}
+	return v.shown.watch
+}
+
 // stopWatchLocked stops the volume's overdue and expiry timers. b.mu is held.
 func (b *board) stopWatchLocked(v *volume) {
-	w := &v.shown.watch
+	w := v.shown.watch
+	if w == nil {
+		return
+	}
 	for _, stop := range w.stops {
 		stop()
 	}
@@ -354,7 +374,7 @@ func (b *board) certificateExpired(v *volume, gen uint64) {
 // gone, its certificate was replaced since the timer was armed (gen), or the flag is set.
 func (b *board) certificateDeadlinePassed(v *volume, gen uint64, flag func(*volumeStatus) *bool, reason, format string, args ...any) {
 	b.mu.Lock()
-	if !v.shown.listed || v.shown.watch.generation != gen || *flag(&v.shown.status) {
+	if !v.shown.listed || v.shown.watch == nil || v.shown.watch.generation != gen || *flag(&v.shown.status) {
 		b.mu.Unlock()
 		return
 	}

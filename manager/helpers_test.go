@@ -325,6 +325,9 @@ func defaultNextIssuanceTime(chain []byte) (time.Time, error) {
 func (b *board) armedTimers(v *volume) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if v.shown.watch == nil {
+		return 0
+	}
 	return len(v.shown.watch.stops)
 }
 

@@ -33,8 +33,10 @@ type loop struct {
 	renewal, gate wait.Backoff
 }
 
-func newLoop(m *Manager, v *volume, tr *tracked) *loop {
-	return &loop{m: m, v: v, tr: tr, renewal: *m.opts.RenewalBackoffConfig, gate: *m.opts.GateBackoffConfig}
+// runLoop runs a volume's loop; the loop's state lives on the goroutine's stack.
+func runLoop(m *Manager, v *volume, tr *tracked, known *metadata.Metadata) {
+	l := loop{m: m, v: v, tr: tr, renewal: *m.opts.RenewalBackoffConfig, gate: *m.opts.GateBackoffConfig}
+	l.run(known)
 }
 
 // run runs the loop until the volume is unmanaged or the manager stops. known, if non-nil, is
@@ -54,7 +56,7 @@ func (l *loop) run(known *metadata.Metadata) {
 		case errors.Is(err, storage.ErrNotFound):
 			v.logger().Info("Volume metadata is gone; no longer managing the volume")
 			m.unregister(v)
-			v.cancel()
+			v.ctx.cancel()
 			return
 		case err != nil:
 			// Logged, not counted as an issuance error; retried on the renewal backoff.
@@ -202,14 +204,9 @@ func (l *loop) gateOpens() (open, alive bool) {
 // not an issuance failure.
 func (l *loop) issue() error {
 	v := l.v
-	release, err := acquireSlot(v.ctx, v)
-	if err != nil {
-		return errStopped
-	}
-	defer release()
 	drainRequeue(v)
 	ctx, deadline, cancel := attemptContext(l.m.opts.Clock, v)
-	err = (&attempt{m: l.m, v: v, tr: l.tr, deadline: deadline}).issue(ctx)
+	err := (&attempt{m: l.m, v: v, tr: l.tr, deadline: deadline}).issue(ctx)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
 	cancel()
@@ -223,7 +220,7 @@ func (l *loop) issue() error {
 // issueTimeout on the injected clock. The returned cancel stops the timer synchronously, so a
 // fake clock shows no stray waiter once the attempt is over.
 func attemptContext(clk clock.Clock, v *volume) (context.Context, *attemptDeadline, func()) {
-	ctx, cancel := context.WithCancelCause(v.ctx)
+	ctx, cancel := context.WithCancelCause(&v.ctx)
 	d := &attemptDeadline{clock: clk, cancel: cancel}
 	d.restart()
 	return ctx, d, func() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	cmlisters "github.com/cert-manager/cert-manager/pkg/client/listers/certmanager/v1"
@@ -32,48 +31,6 @@ type Manager struct {
 	board     *board
 }
 
-// volume is the manager's state for one managed volume.
-type volume struct {
-	id        string
-	managedAt time.Time
-
-	ctx    context.Context // ends on UnmanageVolume or Stop
-	cancel context.CancelFunc
-
-	// requeue holds at most one pending Requeue.
-	requeue chan struct{}
-	// slot is a one-slot semaphore: attempts for one volume never overlap.
-	slot chan struct{}
-	// lastWrite is the last key pair written for this registration; nil before the first.
-	lastWrite atomic.Pointer[keypairWrite]
-	// log names the volume, and its pod once the metadata was read.
-	log atomic.Pointer[logr.Logger]
-
-	// fence is held while WriteKeypair runs; fenced is set under it by UnmanageVolume, after
-	// which nothing writes for this registration any more.
-	fence  sync.Mutex
-	fenced bool
-
-	// Guarded by registry.mu.
-	podUID      types.UID
-	loopStarted bool
-
-	// shown is what the board shows of the volume; guarded by board.mu.
-	shown shownVolume
-}
-
-func (v *volume) logger() logr.Logger { return *v.log.Load() }
-
-// keypairWrite records a successful issuance of a volume.
-type keypairWrite struct {
-	// at is when the key pair was written, on the injected clock: the loop attempts the
-	// volume again no sooner than minWaitAfterSuccess after it.
-	at time.Time
-	// due is the certificate's default next issuance time, used when WriteKeypair did not
-	// persist a future NextIssuanceTime.
-	due time.Time
-}
-
 // NewManager validates opts, starts the informer on the node's CertificateRequests, waits for
 // its cache, and resumes management of every stored volume whose metadata says it is mounted.
 // A volume whose metadata cannot be read is logged and skipped.
@@ -89,7 +46,7 @@ func NewManager(opts Options) (*Manager, error) {
 		log:      log,
 		nodeHash: nodeHash,
 		life:     newLifetime(),
-		registry: registry{byID: make(map[string]*volume), byPod: make(map[types.UID]map[string]struct{})},
+		registry: registry{byID: make(map[string]*volume), byPod: make(map[types.UID][]string)},
 		keys:     newPendingKeys(log, opts.MetadataReader),
 	}
 	m.admission = newAdmission(opts,
@@ -165,19 +122,8 @@ func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister 
 // register adds a volume to the managed set, and to the board, without starting its loop. It
 // returns nil if the volume is already managed or the manager is stopped.
 func (m *Manager) register(id string) *volume {
-	ctx, cancel := context.WithCancel(m.life.ctx)
-	v := &volume{
-		id:        id,
-		managedAt: m.opts.Clock.Now(),
-		ctx:       ctx,
-		cancel:    cancel,
-		requeue:   make(chan struct{}, 1),
-		slot:      make(chan struct{}, 1),
-	}
-	log := m.log.WithValues("volume_id", id)
-	v.log.Store(&log)
+	v := newVolume(id, m.opts.Clock.Now(), m.log)
 	if !m.registry.add(v) {
-		cancel()
 		return nil
 	}
 	m.board.add(v)
@@ -189,8 +135,8 @@ func (m *Manager) register(id string) *volume {
 // certificate (for its state).
 func (m *Manager) noteMetadata(v *volume, meta metadata.Metadata) {
 	if m.registry.setPod(v, types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])) {
-		log := m.log.WithValues("volume_id", v.id, "pod", meta.VolumeContext[metadata.PodNameVolumeContextKey])
-		v.log.Store(&log)
+		pod := meta.VolumeContext[metadata.PodNameVolumeContextKey]
+		v.podName.Store(&pod)
 	}
 	m.board.noteMetadata(v, meta)
 }
@@ -205,7 +151,7 @@ func (m *Manager) startLoop(v *volume, known *metadata.Metadata) {
 	if tr == nil {
 		return
 	}
-	go newLoop(m, v, tr).run(known)
+	go runLoop(m, v, tr, known)
 }
 
 // ManageVolume starts managing a volume in the background: its loop issues a certificate when
@@ -317,7 +263,7 @@ func (m *Manager) UnmanageVolume(volumeID string) {
 	if v == nil || !m.unregister(v) {
 		return
 	}
-	v.cancel()
+	v.ctx.cancel()
 	v.fence.Lock()
 	v.fenced = true
 	v.fence.Unlock()
@@ -392,7 +338,7 @@ func (m *Manager) Stop() {
 		m.life.cancel()
 		for _, v := range vols {
 			// No fence: Stop must not wait for a WriteKeypair.
-			v.cancel()
+			v.ctx.cancel()
 		}
 		m.keys.stop()
 		m.life.end()
@@ -406,7 +352,8 @@ type registry struct {
 	mu      sync.Mutex
 	stopped bool
 	byID    map[string]*volume
-	byPod   map[types.UID]map[string]struct{}
+	// byPod holds the IDs of each pod's volumes: a slice, as a pod rarely has more than one.
+	byPod map[types.UID][]string
 }
 
 // add registers v; false if its ID is already registered or the registry is stopped.
@@ -449,20 +396,23 @@ func (r *registry) setPod(v *volume, uid types.UID) bool {
 	r.dropPodLocked(v)
 	v.podUID = uid
 	if uid != "" {
-		if r.byPod[uid] == nil {
-			r.byPod[uid] = make(map[string]struct{})
-		}
-		r.byPod[uid][v.id] = struct{}{}
+		r.byPod[uid] = append(r.byPod[uid], v.id)
 	}
 	return true
 }
 
 func (r *registry) dropPodLocked(v *volume) {
-	if set := r.byPod[v.podUID]; set != nil {
-		delete(set, v.id)
-		if len(set) == 0 {
-			delete(r.byPod, v.podUID)
+	ids := r.byPod[v.podUID]
+	for i, id := range ids {
+		if id == v.id {
+			ids = append(ids[:i], ids[i+1:]...)
+			break
 		}
+	}
+	if len(ids) == 0 {
+		delete(r.byPod, v.podUID)
+	} else {
+		r.byPod[v.podUID] = ids
 	}
 }
 
@@ -470,11 +420,7 @@ func (r *registry) dropPodLocked(v *volume) {
 func (r *registry) podVolumes(uid types.UID) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ids := make([]string, 0, len(r.byPod[uid]))
-	for id := range r.byPod[uid] {
-		ids = append(ids, id)
-	}
-	return ids
+	return append([]string(nil), r.byPod[uid]...)
 }
 
 // markLoopStarted records that v's loop starts; false if it has started already, v is no

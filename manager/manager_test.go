@@ -12,6 +12,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
@@ -569,7 +570,7 @@ func TestAttemptDeadlineOnEitherClock(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			fc := testclock.NewFakeClock(start)
-			v := &volume{ctx: context.Background()}
+			v := newVolume("v", start, logr.Discard())
 			ctx, deadline, cancel := attemptContext(wrap(fc), v)
 			defer cancel()
 			fc.Step(issueTimeout - time.Millisecond)

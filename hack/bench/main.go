@@ -16,6 +16,9 @@
 //   - idle: cost of N issued volumes that are not yet due: CPU, storage reads, goroutines, heap.
 //   - issue: wall and CPU time to issue N volumes, and at 2N.
 //   - start: NewManager with N mounted volumes, on MemoryFS and on Filesystem.
+//   - heap: the heap after GC once N volumes are issued, their requests in the informer, the
+//     fake API's objects and the in-memory store included, in all and per volume
+//     (-memprofile writes the heap profile of the largest N).
 package main
 
 import (
@@ -55,9 +58,14 @@ import (
 
 func main() {
 	quick := flag.Bool("quick", false, "smaller sizes for a smoke run")
-	only := flag.String("only", "", "run one scenario: gate, idle, issue or start")
+	only := flag.String("only", "", "run one scenario: gate, idle, issue, start or heap")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file")
+	memProfile := flag.String("memprofile", "", "write the heap scenario's heap profile to this file")
+	memProfileRate := flag.Int("memprofilerate", 0, "runtime.MemProfileRate for -memprofile (0: Go's default)")
 	flag.Parse()
+	if *memProfileRate > 0 {
+		runtime.MemProfileRate = *memProfileRate
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		must(err)
@@ -113,7 +121,23 @@ func main() {
 	if run("start") {
 		fmt.Printf("4. NewManager with %d mounted volumes\n", startN)
 		mem, fs := startScenario(startN)
-		fmt.Printf("   MemoryFS %.3fs, Filesystem %.3fs\n", mem.Seconds(), fs.Seconds())
+		fmt.Printf("   MemoryFS %.3fs, Filesystem %.3fs\n\n", mem.Seconds(), fs.Seconds())
+	}
+	if run("heap") {
+		fmt.Println("5. heap after GC with N issued volumes (requests in the informer, fake API and store included)")
+		var heaps [2]uint64
+		for i, n := range []int{issueN, 2 * issueN} {
+			profile := ""
+			if i == 1 {
+				profile = *memProfile
+			}
+			heaps[i] = heapScenario(ca, n, profile)
+			fmt.Printf("   N=%-6d %6.1f MiB\n", n, float64(heaps[i])/(1<<20))
+		}
+		// The difference between the two sizes leaves out what does not grow with N (the
+		// fake clientset's watch buffers, the informer, the manager itself).
+		perVolume := (float64(heaps[1]) - float64(heaps[0])) / 1024 / float64(issueN)
+		fmt.Printf("   heap per volume, its request and key pair included: %.1f KiB\n", perVolume)
 	}
 }
 
@@ -389,6 +413,44 @@ func issueScenario(ca *testkit.CA, n int) (time.Duration, time.Duration) {
 		time.Sleep(time.Millisecond)
 	}
 	return time.Since(start), cpuTime() - cpu0
+}
+
+// heapScenario issues n volumes and returns the heap they hold once all are written: the heap
+// in use after GC, minus the heap before anything was created. With profile set, it writes the
+// heap profile there.
+func heapScenario(ca *testkit.CA, n int, profile string) uint64 {
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	store := storage.NewMemoryFS()
+	for i := 0; i < n; i++ {
+		register(store, volumeMeta(fmt.Sprintf("heap-%d", i), nil))
+		m := volumeMeta(fmt.Sprintf("heap-%d", i), nil)
+		m.Mounted = false
+		must(store.SetRawMetadata(m.VolumeID, mustJSON(m)))
+	}
+	e := newEnv(ca, store, manager.AlwaysReadyToRequest, manager.DefaultGateBackoff(), 0, true)
+	defer e.stop()
+	for i := 0; i < n; i++ {
+		e.m.ManageVolume(fmt.Sprintf("heap-%d", i))
+	}
+	for e.written.Load() < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	// Let the informer see the last updates and the attempts finish.
+	time.Sleep(time.Second)
+	runtime.GC()
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if profile != "" {
+		f, err := os.Create(profile)
+		must(err)
+		must(pprof.WriteHeapProfile(f))
+		must(f.Close())
+	}
+	runtime.KeepAlive(e)
+	return after.HeapAlloc - before.HeapAlloc
 }
 
 func startScenario(n int) (time.Duration, time.Duration) {
