@@ -281,3 +281,27 @@ func TestNewFilesystemSweepsAndSurvivesBadVolumes(t *testing.T) {
 		t.Fatalf("live volume lost: %v", err)
 	}
 }
+
+// TestSkipSweepLeavesEveryVolume: with SkipSweep, a new store removes nothing, not even a volume
+// whose publish never succeeded, and reports an empty start-up sweep; the default sweeps it.
+func TestSkipSweepLeavesEveryVolume(t *testing.T) {
+	base := t.TempDir()
+	fs := newPlainFilesystem(t, base)
+	if _, err := fs.RegisterMetadata(testMeta("never")); err != nil {
+		t.Fatal(err)
+	}
+	skipping, err := NewFilesystemWithOptions(testr.New(t), base, FilesystemOptions{PlainDirectory: true, Mounter: mount.NewFakeMounter(nil), SkipSweep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := skipping.ReadMetadata("never"); err != nil {
+		t.Fatalf("SkipSweep removed a never-mounted volume: %v", err)
+	}
+	if res := skipping.StartupSweep(); len(res.RemovedNeverMounted) != 0 || res.Kept != 0 {
+		t.Fatalf("SkipSweep reports a sweep: %+v", res)
+	}
+	sweeping := newPlainFilesystem(t, base)
+	if _, err := sweeping.ReadMetadata("never"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the default sweep kept a never-mounted volume: %v", err)
+	}
+}
