@@ -79,7 +79,7 @@ func (d *Driver) Run() error { return d.server.Run() }
 // Stop stops serving, letting calls in flight finish.
 func (d *Driver) Stop() { d.server.Stop() }
 
-// listen opens the listener for a CSI endpoint as upstream does: the scheme "unix://" or
+// listen opens the listener for a CSI endpoint: the scheme "unix://" or
 // "tcp://" (in any case) followed by a non-empty rest. For unix, the socket is at "/" + rest, so
 // "unix:///csi/csi.sock" and "unix://csi/csi.sock" both listen at /csi/csi.sock whatever the
 // working directory; whatever file is there is removed first.

@@ -15,8 +15,8 @@ type identityServer struct {
 
 var _ csi.IdentityServer = &identityServer{}
 
-// NewIdentityServer returns the identity service reporting name and version. As upstream, it
-// returns the concrete type.
+// NewIdentityServer returns the identity service reporting name and version. It returns the
+// concrete type, which drivers' code names.
 func NewIdentityServer(name, version string) *identityServer {
 	return &identityServer{name: name, version: version}
 }
@@ -32,12 +32,12 @@ func (ids *identityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoRequ
 	return &csi.GetPluginInfoResponse{Name: ids.name, VendorVersion: ids.version}, nil
 }
 
-// Probe answers with an empty response (Ready unset means ready), as upstream.
+// Probe answers with an empty response (Ready unset means ready).
 func (ids *identityServer) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
 	return &csi.ProbeResponse{}, nil
 }
 
-// GetPluginCapabilities advertises the controller service, as upstream.
+// GetPluginCapabilities advertises the controller service.
 func (ids *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{
 		Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}},

@@ -52,10 +52,8 @@ func newNodeServer(log logr.Logger, opts Options) *nodeServer {
 }
 
 // validatePublish checks a publish request before any lock or I/O. Bad input gets
-// InvalidArgument and changes nothing (upstream: Unknown for a non-ephemeral volume, no other
-// checks, and the volume torn down; a kept difference). A request without a volume capability
-// is a mount volume, as upstream treats it: kubelet always sends one, but drivers' own tests
-// leave it out.
+// InvalidArgument and changes nothing. A request without a volume capability is a mount volume:
+// kubelet always sends one, but drivers' own tests leave it out.
 func (ns *nodeServer) validatePublish(req *csi.NodePublishVolumeRequest) error {
 	if err := storage.ValidateVolumeID(req.GetVolumeId()); err != nil {
 		return status.Errorf(codes.InvalidArgument, "volume_id: %v", err)
@@ -80,10 +78,10 @@ func (ns *nodeServer) validatePublish(req *csi.NodePublishVolumeRequest) error {
 	return nil
 }
 
-// NodePublishVolume follows upstream's order: register the metadata; unless the volume already
-// has a certificate that is not due, issue one now (ready to request) or hand the volume to
-// the background loop (ContinueOnNotReady); bind-mount the data directory read-only at the
-// target; then record the volume as mounted. Any failure of a first publish unmanages the
+// NodePublishVolume registers the metadata and reads it back (the publish's one read); unless
+// the volume already has a certificate that is not due, it issues one now (ready to request) or
+// hands the volume to the background loop (ContinueOnNotReady); it bind-mounts the data
+// directory read-only at the target, then records the volume as mounted. Any failure of a first publish unmanages the
 // volume, unmounts the target and removes the volume's files; a failed re-publish of a volume
 // whose publish once succeeded leaves it alone.
 func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
@@ -191,12 +189,12 @@ func (ns *nodeServer) obtainCertificate(ctx context.Context, id string, stored m
 	}
 }
 
-// notReadyError is the error upstream returned, which drivers match on.
+// notReadyError is the error for a volume not ready to request, with the text drivers match on.
 func notReadyError(reason string) error {
 	return status.Error(codes.Unknown, fmt.Sprintf("volume is not yet ready to be setup, will be retried: %s", reason))
 }
 
-// targetPathMode is the mode of a target path the node server creates (upstream's).
+// targetPathMode is the mode of a target path the node server creates.
 const targetPathMode = 0o440
 
 // ensureMounted bind-mounts src read-only at target, or finds it already mounted.
@@ -288,8 +286,8 @@ func (ns *nodeServer) tearDownFailedPublish(log logr.Logger, id, target string, 
 }
 
 // NodeUnpublishVolume removes a volume for good: unmanage, unmount, remove its files, delete its
-// metric series. It is idempotent: an unknown volume or a missing target succeeds (upstream
-// fails on a missing target; a kept difference).
+// metric series. It is idempotent: an unknown volume or a missing target succeeds, since
+// kubelet retries an unpublish until it succeeds.
 func (ns *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := storage.ValidateVolumeID(id); err != nil {

@@ -12,13 +12,10 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// admission bounds one manager's issuance attempts that are past the readiness gate: at most
-// max of them at once (slots), and, with a bucket, one CertificateRequest creation per token
-// (a token bucket on the injected clock). Attempts wait for a slot and a token strictly first
-// come, first served: the head of the queue is admitted before anyone behind it.
-//
-// Waiting is not failing: it uses no backoff step and counts no error. It ends at once when the
-// waiter's context does (the volume unmanaged, the manager stopped, a publish's deadline).
+// admission implements Options.MaxConcurrentIssuances and Options.IssuanceRateLimit (their
+// field docs give the rules): slots, a token bucket, and one queue in front of both, so the
+// head of the queue is admitted before anyone behind it. A wait ends at once when the waiter's
+// context does.
 type admission struct {
 	clock clock.Clock
 	max   int
@@ -171,12 +168,8 @@ func (a *admission) admitLocked() {
 	})
 }
 
-// admit lets an attempt that is past the readiness gate go on to create a CertificateRequest:
-// at once if a slot and a token are free and nobody is waiting, otherwise after waiting its turn.
-// A background attempt's deadline is paused while it waits (waiting is not the attempt taking
-// too long) and starts afresh when admitted, so the wait ends only with the volume or the
-// manager; a publish's attempt waits within the caller's deadline. The returned release frees
-// the slot; call it when the attempt is over.
+// admit waits for the attempt's admission (see admission), pausing a background attempt's
+// deadline meanwhile. The returned release frees the slot; call it when the attempt is over.
 func (a *attempt) admit(ctx context.Context) (release func(), err error) {
 	m := a.m
 	if release, ok := m.admission.tryAcquire(); ok {

@@ -18,27 +18,24 @@
 //     the gate itself, asked again every GatePollInterval; nothing cuts an issuance-error wait
 //     short, which protects signers and the apiserver.
 //
-// One attempt follows upstream csi-lib's order: delete CertificateRequests beyond
-// MaxRequestsPerVolume (oldest first); read the metadata; take the newest request if it is
-// resumable (no Ready condition, or Ready reason Pending, Issued or empty) and wait on it when
-// its private key is in memory, or delete it when not; ask ReadyToRequest; generate a key and a
-// CSR, create the CertificateRequest and wait for the informer to report it issued, denied or
-// failed; then call WriteKeypair. Private keys of pending requests live in memory, independent
-// of the managed set: a publish that hits kubelet's deadline leaves its request and key, and
-// kubelet's retry resumes the same request instead of creating another.
+// One attempt (attempt.issue): delete CertificateRequests beyond MaxRequestsPerVolume (oldest
+// first); read the metadata; take the newest request if it is resumable (no Ready condition, or
+// Ready reason Pending, Issued or empty) and wait on it when its private key is held, or delete
+// it when not; ask ReadyToRequest; wait for admission; generate a key and a CSR, create the
+// CertificateRequest and wait for the informer to report it issued, denied or failed; then call
+// WriteKeypair. Private keys of pending requests are held independently of the managed set: a
+// publish that hits kubelet's deadline leaves its request and key, and kubelet's retry resumes
+// the same request instead of creating another. A publish (ManageVolumeForPublish) reads the
+// metadata once and asks the gate once, and hands both answers to its attempt.
 //
-// ManageVolume, ManageVolumeImmediate and UnmanageVolume return what upstream's return, and
-// block as little: UnmanageVolume waits only for a WriteKeypair already running, after which
-// nothing writes for the volume. Stop waits for the Manager's own goroutines but never for a
-// driver-supplied function; a goroutine inside one exits, touching nothing, when it returns.
+// ManageVolume, ManageVolumeImmediate and UnmanageVolume return what drivers' tests expect (see
+// each method), and block as little: UnmanageVolume waits only for a WriteKeypair already
+// running, after which nothing writes for the volume. Stop waits for the Manager's own
+// goroutines but never for a driver-supplied function; a goroutine inside one exits, touching
+// nothing, when it returns.
 //
-// Admission bounds what one node sends the apiserver and the signers: at most
-// Options.MaxConcurrentIssuances attempts (default 128) are past the readiness gate and
-// unfinished at once, and Options.IssuanceRateLimit (off by default) paces CertificateRequest
-// creates with a token bucket on the injected clock. Attempts wait their turn first come, first
-// served; a wait is not a failure (no backoff step, no error metric), a background attempt's
-// 60 s deadline starts only once it is admitted, a publish waits within its own deadline, and
-// unmanaging or Stop ends the wait at once. Resuming a pending request never waits.
+// Admission (Options.MaxConcurrentIssuances and Options.IssuanceRateLimit, whose field docs
+// give the rules) bounds what one node sends the apiserver and the signers.
 // Options.RenewalJitter spreads renewals over a window before the default renewal point.
 //
 // With a store that implements storage.PendingKeyStore, the key of a pending request is also
@@ -52,9 +49,27 @@
 // pending too long, renewal overdue, certificate expired. Overdue and expired come from timers
 // on the injected clock, armed only when events or the state gauge are on.
 //
-// The Manager watches the node's CertificateRequests through one informer, selected by the
-// node-hash label and indexed by the volume-hash label; it never polls the apiserver.
-//
 // Every timer that decides when to retry, renew or give up comes from Options.Clock, so a test
 // drives the whole loop by stepping a fake clock.
+//
+// # Who owns what
+//
+// Each piece of state has one owner, with its own lock; the Manager points to them:
+//
+//	Manager ── opts, clock, lifetime (the context Stop ends; the goroutines Stop waits for)
+//	  ├─ registry    the managed volumes by ID and by pod            (the Manager's one mutex)
+//	  │    └─ volume  one registration: its context, Requeue, last write, write fence
+//	  │         └─ loop  wait until due → attempt → wait by outcome   (state on its goroutine)
+//	  ├─ requests    the informer on the node's CertificateRequests: find, build, create,
+//	  │              wait for, delete; creation order; the waiters its events wake
+//	  ├─ keys        pendingKeys: private keys of submitted requests, in memory and on disk
+//	  │              (the only writer of key files); keys the start-up sweep kept
+//	  ├─ admission   slots and the rate-limit bucket, first come, first served
+//	  └─ board       each volume's state for the gauge, its Events, overdue/expiry timers
+//
+// What calls what: the public methods register a volume and start its loop; a loop or a
+// caller runs an attempt; the attempt asks requests, keys and admission, and tells the board
+// what became of it (recordOutcome, certificateWritten). The informer's delete events reach
+// keys through requests (requestDeleted). Owners never call the Manager, except the timer that
+// ends the kept keys' grace period (expireSweptKeys), which registers with Stop.
 package manager

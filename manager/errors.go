@@ -13,7 +13,7 @@ type NotReadyToRequestError struct {
 	Reason string
 }
 
-// Error reads as upstream's refusal: "driver is not ready to request a certificate for this
+// Error is the refusal's text, which drivers match on: "driver is not ready to request a certificate for this
 // volume: <reason>".
 func (e *NotReadyToRequestError) Error() string {
 	return "driver is not ready to request a certificate for this volume: " + e.Reason

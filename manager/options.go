@@ -112,7 +112,7 @@ type Options struct {
 	// GatePollInterval is how often a volume whose readiness gate said "not yet" asks the gate
 	// again while it waits out a GateBackoffConfig step longer than this: when the gate says
 	// yes, the attempt starts at once. It is what keeps drivers that never call Requeue as
-	// quick as upstream's 1 s tick (the gate is a local function: a poll costs one metadata
+	// quick as a 1 s tick (the gate is a local function: a poll costs one metadata
 	// read and one ReadyToRequest call, no request to the apiserver). Default (zero): 1 s.
 	// Negative: never poll; only the backoff and Requeue end a gate wait.
 	GatePollInterval time.Duration
@@ -125,29 +125,30 @@ type Options struct {
 	EventRecorder record.EventRecorder
 
 	// RenewalJitter spreads renewals: with a value f in (0, 1), the default next issuance time
-	// is drawn from the window [R − f·(R − NotBefore), R], where R is upstream's renewal point
+	// is drawn from the window [R − f·(R − NotBefore), R], where R is the default renewal point
 	// (two thirds of the certificate's life). It is never after R, so a certificate never gets
-	// closer to expiry than upstream allows. The draw is a deterministic function of the volume
-	// ID and the certificate's serial number, so a restart does not re-roll it; it is visible in
-	// the metadata's NextIssuanceTime as usual. Default (zero): off, upstream's point exactly.
-	// Outside [0, 1) is an error.
+	// closer to expiry than the default allows. The draw is a deterministic function of the
+	// volume ID and the certificate's serial number, so a restart does not re-roll it; it is
+	// visible in the metadata's NextIssuanceTime as usual. Default (zero): off, the renewal
+	// point exactly. Outside [0, 1) is an error.
 	RenewalJitter float64
 
 	// MaxConcurrentIssuances is how many issuance attempts of this manager may be past the
 	// readiness gate and not yet finished (creating the CertificateRequest, waiting for its
 	// signature, writing the key pair) at once. Further attempts wait for a place, first come,
 	// first served; waiting is neither a failure nor gate-pending (no backoff step, no error
-	// metric), a publish waits within its own deadline, and unmanaging the volume or stopping the
-	// manager ends the wait at once. A resume of an already pending request and a readiness-gate
-	// check never wait. Default (zero): DefaultMaxConcurrentIssuances.
+	// metric), a publish waits within its own deadline, a background attempt's 60 s deadline
+	// starts only once it is admitted, and unmanaging the volume or stopping the manager ends the
+	// wait at once. A resume of an already pending request and a readiness-gate check never
+	// wait. Default (zero): DefaultMaxConcurrentIssuances.
 	// UnlimitedConcurrentIssuances: no limit. Negative is an error.
 	MaxConcurrentIssuances int
 
 	// IssuanceRateLimit is a token bucket, on Clock, for creating CertificateRequests: each
 	// attempt past the readiness gate takes one token before it generates its key and creates
 	// its request, and waits for one as it waits for a MaxConcurrentIssuances place (same queue,
-	// same rules). Default (nil): no rate limit, as upstream. A PerSecond that is not greater
-	// than zero or a Burst below 1 is an error.
+	// same rules). Default (nil): no rate limit. A PerSecond that is not greater than zero or a
+	// Burst below 1 is an error.
 	IssuanceRateLimit *RateLimit
 }
 
@@ -174,9 +175,9 @@ func DefaultGateBackoff() wait.Backoff {
 	return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Cap: 10 * time.Second, Steps: math.MaxInt32}
 }
 
-// complete checks o in upstream's order, with upstream's texts, and returns a copy with every
-// default filled in. The backoffs are copied, so later changes by the caller do not reach the
-// manager.
+// complete checks o in a fixed order, with the texts drivers' tests match, and returns a copy
+// with every default filled in. The backoffs are copied, so later changes by the caller do not
+// reach the manager.
 func (o Options) complete() (Options, error) {
 	for _, check := range []struct {
 		missing bool

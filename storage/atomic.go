@@ -101,7 +101,7 @@ func projectFiles(dir string, files map[string][]byte, gid *int64) error {
 	if err := os.Chmod(genDir, generationMode); err != nil {
 		return fail(err)
 	}
-	// Grouping the generation directory too is a kept difference from upstream (COMPAT §9.5).
+	// The generation directory is grouped too, so that fsGroup reaches every file a pod reads.
 	if err := chgrp(genDir, gid); err != nil {
 		return fail(err)
 	}

@@ -268,7 +268,7 @@ func (e *env) stop() {
 func volumeMeta(id string, nit *time.Time) metadata.Metadata {
 	return metadata.Metadata{
 		VolumeID: id, TargetPath: "/t/" + id, NextIssuanceTime: nit, Mounted: true,
-		VolumeContext: map[string]string{"csi.storage.k8s.io/pod.name": "pod-" + id, "csi.storage.k8s.io/pod.uid": "uid-" + id},
+		VolumeContext: map[string]string{metadata.PodNameVolumeContextKey: "pod-" + id, metadata.PodUIDVolumeContextKey: "uid-" + id},
 	}
 }
 

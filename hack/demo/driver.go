@@ -125,8 +125,8 @@ func startDriver(cfg driverConfig) (*exampleDriver, error) {
 				return nil, fmt.Errorf("volume attribute csi.example.com/duration: %w", err)
 			}
 			return &manager.CertificateRequestBundle{
-				Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeContext["csi.storage.k8s.io/pod.name"]}},
-				Namespace: meta.VolumeContext["csi.storage.k8s.io/pod.namespace"],
+				Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeContext[metadata.PodNameVolumeContextKey]}},
+				Namespace: meta.VolumeContext[metadata.PodNamespaceVolumeContextKey],
 				IssuerRef: cmmeta.IssuerReference{Name: "demo-ca", Kind: "Issuer", Group: "cert-manager.io"},
 				Duration:  d,
 				Usages:    []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageServerAuth},

@@ -431,8 +431,8 @@ func (d *demo) publish(ctx context.Context, drv *exampleDriver, ns, pod string, 
 		VolumeId: v.id, TargetPath: target, Readonly: true,
 		VolumeCapability: &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}},
 		VolumeContext: map[string]string{
-			"csi.storage.k8s.io/ephemeral": "true", "csi.storage.k8s.io/pod.name": pod,
-			"csi.storage.k8s.io/pod.namespace": ns, "csi.storage.k8s.io/pod.uid": string(p.UID),
+			metadata.EphemeralVolumeContextKey: "true", metadata.PodNameVolumeContextKey: pod,
+			metadata.PodNamespaceVolumeContextKey: ns, metadata.PodUIDVolumeContextKey: string(p.UID),
 			"csi.example.com/duration": d.o.lifetime.String(),
 		},
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/cert-manager/csi-lib/manager"
+	"github.com/cert-manager/csi-lib/metadata"
 )
 
 // logLine is one line of a container's log with kubelet's timestamp.
@@ -102,7 +103,7 @@ func (c *cluster) volumeDirOf(pod string) string {
 		var meta struct {
 			VolumeContext map[string]string `json:"volumeContext"`
 		}
-		if json.Unmarshal(data, &meta) == nil && meta.VolumeContext["csi.storage.k8s.io/pod.name"] == pod {
+		if json.Unmarshal(data, &meta) == nil && meta.VolumeContext[metadata.PodNameVolumeContextKey] == pod {
 			return filepath.Dir(f)
 		}
 	}

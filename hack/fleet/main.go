@@ -329,7 +329,7 @@ func (b *bench) measureSize(ctx context.Context, fl *fleet) (*sizeResult, error)
 		for j := 0; j < v; j++ {
 			id := fmt.Sprintf("%s-vol-%02d", n.id, j)
 			meta := metadata.Metadata{VolumeID: id, TargetPath: "/t/" + id, VolumeContext: map[string]string{
-				"csi.storage.k8s.io/pod.name": "pod-" + id, "csi.storage.k8s.io/pod.namespace": namespace, "csi.storage.k8s.io/pod.uid": "uid-" + id,
+				metadata.PodNameVolumeContextKey: "pod-" + id, metadata.PodNamespaceVolumeContextKey: namespace, metadata.PodUIDVolumeContextKey: "uid-" + id,
 			}}
 			if _, err := n.store.RegisterMetadata(meta); err != nil {
 				return nil, err

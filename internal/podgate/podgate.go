@@ -13,7 +13,7 @@ import (
 // lister sees it, has an IP.
 func OnPodIP(pods corev1listers.PodLister) func(metadata.Metadata) (bool, string) {
 	return func(meta metadata.Metadata) (bool, string) {
-		pod, err := pods.Pods(meta.VolumeContext["csi.storage.k8s.io/pod.namespace"]).Get(meta.VolumeContext["csi.storage.k8s.io/pod.name"])
+		pod, err := pods.Pods(meta.VolumeContext[metadata.PodNamespaceVolumeContextKey]).Get(meta.VolumeContext[metadata.PodNameVolumeContextKey])
 		if err != nil {
 			return false, "pod not found"
 		}

@@ -24,7 +24,7 @@ var (
 )
 
 // ClientForMetadataTokenRequestEmptyAud returns a ClientForMetadataFunc that builds a
-// cert-manager client as upstream does: restConfig's Host, TLS client configuration (client
+// cert-manager client from restConfig's Host, TLS client configuration (client
 // certificate and key included), UserAgent, Timeout and Proxy, authenticated with the pod's
 // empty-audience service-account token.
 func ClientForMetadataTokenRequestEmptyAud(restConfig *rest.Config) manager.ClientForMetadataFunc {
@@ -37,8 +37,8 @@ func ClientForMetadataTokenRequestEmptyAud(restConfig *rest.Config) manager.Clie
 	}
 }
 
-// configForToken is upstream's client configuration for a pod's token: only these fields of
-// restConfig are kept.
+// configForToken is the client configuration for a pod's token: only these fields of
+// restConfig are kept, so the pod's token is the only credential.
 func configForToken(restConfig *rest.Config, token string) *rest.Config {
 	return &rest.Config{
 		Host:            restConfig.Host,
@@ -59,7 +59,7 @@ func EmptyAudienceTokenFromMetadata(meta metadata.Metadata) (string, error) {
 		Token string `json:"token"`
 	}
 	if raw == "" {
-		// As upstream: an absent or empty value is a JSON parse error (of nothing: no secret).
+		// An absent or empty value is a JSON parse error (of nothing: no secret in it).
 		return "", fmt.Errorf("%w: %w", ErrNoTokens, json.Unmarshal([]byte(raw), &tokens))
 	}
 	if err := json.Unmarshal([]byte(raw), &tokens); err != nil {

@@ -167,8 +167,8 @@ func run(log logr.Logger, j *journal, b backoffs, metricsAddr, name, nodeID, kub
 				d = time.Hour
 			}
 			return &manager.CertificateRequestBundle{
-				Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeContext["csi.storage.k8s.io/pod.name"]}},
-				Namespace: meta.VolumeContext["csi.storage.k8s.io/pod.namespace"],
+				Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeContext[metadata.PodNameVolumeContextKey]}},
+				Namespace: meta.VolumeContext[metadata.PodNamespaceVolumeContextKey],
 				IssuerRef: cmmeta.IssuerReference{Name: IssuerName, Kind: "Issuer", Group: "cert-manager.io"},
 				Duration:  d,
 				Usages:    []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageServerAuth},
@@ -302,7 +302,7 @@ func (j *journal) record(event string, meta metadata.Metadata) {
 	if j.f == nil {
 		return
 	}
-	line, _ := json.Marshal(journalEntry{Time: time.Now(), Event: event, Volume: meta.VolumeID, Pod: meta.VolumeContext["csi.storage.k8s.io/pod.name"]})
+	line, _ := json.Marshal(journalEntry{Time: time.Now(), Event: event, Volume: meta.VolumeID, Pod: meta.VolumeContext[metadata.PodNameVolumeContextKey]})
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	_, _ = j.f.Write(append(line, '\n'))
