@@ -54,6 +54,8 @@ type board struct {
 	// notAfterOf is the expiry of a volume's newest issued certificate (from the informer's
 	// cache), for a volume resumed after a restart.
 	notAfterOf func(volumeID string) time.Time
+	// conditions keeps the pods' PodCondition; nil without one.
+	conditions *podConditions
 
 	mu     sync.Mutex
 	counts map[string]int // listed volumes by state
@@ -69,14 +71,15 @@ type shownVolume struct {
 	watch *certificateWatch
 }
 
-func newBoard(o Options, nodeHash string, notAfterOf func(string) time.Time) *board {
+func newBoard(o Options, nodeHash string, notAfterOf func(string) time.Time, conditions *podConditions) *board {
 	return &board{
 		clock:      o.Clock,
 		recorder:   o.EventRecorder,
 		metrics:    o.Metrics,
 		nodeHash:   nodeHash,
-		watching:   o.EventRecorder != nil || o.Metrics.VolumeStateGaugeEnabled(),
+		watching:   o.EventRecorder != nil || o.Metrics.VolumeStateGaugeEnabled() || conditions != nil,
 		notAfterOf: notAfterOf,
+		conditions: conditions,
 		counts:     make(map[string]int),
 	}
 }
@@ -118,10 +121,13 @@ func (s volumeStatus) state() string {
 // certificateWatch is what the board knows of the certificate in a volume, and the timers that
 // fire when it becomes overdue and when it expires.
 type certificateWatch struct {
-	notAfter   time.Time
-	renewAt    time.Time // the renewal time the timers were armed for
-	generation uint64    // changes with every certificate written; stale timers do nothing
-	stops      []func() bool
+	notAfter time.Time
+	// expiryUnknown: the volume has a certificate from before a restart whose expiry could not
+	// be learned (its request is gone); it counts as valid.
+	expiryUnknown bool
+	renewAt       time.Time // the renewal time the timers were armed for
+	generation    uint64    // changes with every certificate written; stale timers do nothing
+	stops         []func() bool
 	// gatePendingSince is when the gate started saying "not yet"; zero when it is not.
 	gatePendingSince time.Time
 	gateEventSent    bool
@@ -148,6 +154,9 @@ func (b *board) remove(v *volume) {
 		v.shown.listed = false
 		b.counts[v.shown.status.state()]--
 		b.publishStatesLocked()
+		if b.conditions != nil && v.shown.pod != nil {
+			b.conditions.removeVolume(v.shown.pod, v.id)
+		}
 	}
 	b.stopWatchLocked(v)
 }
@@ -175,6 +184,7 @@ func (b *board) noteMetadata(v *volume, meta metadata.Metadata) {
 	if v.shown.pod == nil {
 		v.shown.pod = podReference(meta)
 	}
+	b.showConditionLocked(v)
 }
 
 // updateStatusLocked changes a volume's status and keeps the state counts and the gauge in
@@ -186,6 +196,40 @@ func (b *board) updateStatusLocked(v *volume, change func(*volumeStatus)) {
 		b.counts[before]--
 		b.counts[after]++
 		b.publishStatesLocked()
+	}
+	b.showConditionLocked(v)
+}
+
+// showConditionLocked tells the pod conditions what the volume contributes now. b.mu is held.
+func (b *board) showConditionLocked(v *volume) {
+	if b.conditions == nil || !v.shown.listed || v.shown.pod == nil {
+		return
+	}
+	b.conditions.setVolume(v.shown.pod, v.id, b.validityLocked(v))
+}
+
+// validityLocked is what the volume contributes to its pod's condition at this instant: a
+// certificate past its NotAfter is expired even before the expiry timer has fired. b.mu is held.
+func (b *board) validityLocked(v *volume) volumeValidity {
+	s, w := v.shown.status, v.shown.watch
+	switch {
+	case s.expired:
+		return PodConditionReasonExpired
+	case s.hasCertificate && w != nil && !w.notAfter.IsZero():
+		if !w.notAfter.After(b.clock.Now()) {
+			return PodConditionReasonExpired
+		}
+		return ""
+	case s.hasCertificate && w != nil && w.expiryUnknown:
+		return ""
+	case s.hasCertificate:
+		return validityUnknown
+	case s.last == outcomeFailed:
+		return PodConditionReasonFailing
+	case s.last == outcomeGatePending:
+		return PodConditionReasonGatePending
+	default:
+		return PodConditionReasonNotIssued
 	}
 }
 
@@ -243,7 +287,7 @@ func (b *board) certificateWritten(v *volume, namespace, name string, chain []by
 	}
 	b.mu.Lock()
 	if w := b.watchLocked(v); w != nil {
-		w.notAfter = notAfter
+		w.notAfter, w.expiryUnknown = notAfter, notAfter.IsZero()
 		w.generation++
 		b.stopWatchLocked(v)
 		w.gatePendingSince, w.gateEventSent = time.Time{}, false
@@ -308,6 +352,10 @@ func (b *board) watchCertificate(v *volume, renewAt time.Time) {
 	if notAfter.IsZero() {
 		// Outside b.mu: the lookup reads the informer's cache.
 		if notAfter = b.notAfterOf(v.id); notAfter.IsZero() {
+			b.mu.Lock()
+			b.watchLocked(v).expiryUnknown = true
+			b.showConditionLocked(v)
+			b.mu.Unlock()
 			return
 		}
 	}
@@ -319,6 +367,7 @@ func (b *board) watchCertificate(v *volume, renewAt time.Time) {
 	}
 	if w.notAfter.IsZero() {
 		w.notAfter = notAfter
+		b.showConditionLocked(v)
 	}
 	b.stopWatchLocked(v)
 	w.renewAt = renewAt

@@ -56,7 +56,12 @@ func NewManager(opts Options) (*Manager, error) {
 		m.life.end()
 		return nil, err
 	}
-	m.board = newBoard(opts, nodeHash, m.requests.newestNotAfter)
+	var conditions *podConditions
+	if opts.PodCondition != nil {
+		conditions = newPodConditions(opts.PodCondition, opts.Clock, log)
+		go conditions.run()
+	}
+	m.board = newBoard(opts, nodeHash, m.requests.newestNotAfter, conditions)
 	if err := m.requests.start(m.life.ctx); err != nil {
 		m.Stop()
 		return nil, err
@@ -342,6 +347,9 @@ func (m *Manager) Stop() {
 		}
 		m.keys.stop()
 		m.life.end()
+		if m.board.conditions != nil {
+			m.board.conditions.stop()
+		}
 		m.admission.close()
 		m.requests.shutdown()
 	})

@@ -11,6 +11,7 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -150,6 +151,12 @@ type Options struct {
 	// same rules). Default (nil): no rate limit. A PerSecond that is not greater than zero or a
 	// Burst below 1 is an error.
 	IssuanceRateLimit *RateLimit
+
+	// PodCondition, when set, keeps a condition of the given type on the status of each pod
+	// with volumes managed here: True while each of them holds a certificate that is not past
+	// its NotAfter (see PodCondition). Default (nil): no condition, no pod is read or written.
+	// A Type that is not a qualified name, or a nil Client, is an error.
+	PodCondition *PodCondition
 }
 
 // DefaultMaxConcurrentIssuances is the default MaxConcurrentIssuances. It is above kubelet's
@@ -195,6 +202,8 @@ func (o Options) complete() (Options, error) {
 		{o.RenewalJitter < 0 || o.RenewalJitter >= 1, "RenewalJitter must be at least 0 and less than 1"},
 		{o.MaxConcurrentIssuances < 0, "MaxConcurrentIssuances cannot be less than zero"},
 		{o.IssuanceRateLimit.invalid(), "IssuanceRateLimit must have PerSecond greater than zero and Burst at least 1"},
+		{o.PodCondition != nil && (o.PodCondition.Client == nil || len(content.IsLabelKey(string(o.PodCondition.Type))) > 0),
+			"PodCondition must have a Type that is a qualified name and a Client"},
 	} {
 		if check.missing {
 			return o, errors.New(check.text)

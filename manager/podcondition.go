@@ -1,0 +1,309 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+)
+
+// PodCondition makes the Manager keep a condition on the status of every pod with volumes it
+// manages: True while each of the pod's volumes of this driver holds a certificate that is not
+// past its NotAfter, False otherwise. Listed in a pod's spec.readinessGates, it keeps the pod out
+// of Service endpoints until its certificates are written, and takes it out again when one
+// expires (during a signer outage, for example). A renewal that keeps a valid certificate
+// changes nothing; a failing renewal of a certificate that is still valid keeps it True.
+//
+// The condition is written with a strategic-merge patch of pods/status that touches only this
+// condition (kubelet keeps conditions of readiness-gate types it does not own), and only when
+// the pod's state changes; a pod that has no such condition yet is not given a False one for a
+// certificate that is simply not issued yet (the readiness gate holds it back already), so a pod
+// whose certificate is issued normally costs one write. Writes go through a rate-limited queue
+// with retries, never block issuance, and stop when the pod is gone or its volumes are
+// unpublished. After a restart the condition is recomputed from the stored state, with one read
+// of each pod and no write when it already matches.
+//
+// The driver's account needs get and patch on pods/status; see the README for a
+// ValidatingAdmissionPolicy that limits it to this condition on pods of its own node.
+type PodCondition struct {
+	// Type is the condition type, a qualified name chosen by the driver, such as
+	// "csi.example.com/certificate-ready". Required.
+	Type corev1.PodConditionType
+	// Client reads pods and patches their status, for example a clientset's CoreV1(). Required.
+	Client corev1client.PodsGetter
+}
+
+// Reasons of the pod condition (PodCondition). The message names the volume.
+const (
+	// PodConditionReasonValid (True): every volume holds a valid certificate.
+	PodConditionReasonValid = "CertificatesValid"
+	// PodConditionReasonNotIssued (False): a volume has no certificate yet.
+	PodConditionReasonNotIssued = "CertificateNotIssued"
+	// PodConditionReasonGatePending (False): a volume has no certificate yet and the driver's
+	// readiness gate says "not yet".
+	PodConditionReasonGatePending = "ReadinessGatePending"
+	// PodConditionReasonFailing (False): a volume has no certificate and its issuance fails.
+	PodConditionReasonFailing = "CertificateIssuanceFailing"
+	// PodConditionReasonExpired (False): a volume's certificate is past its NotAfter.
+	PodConditionReasonExpired = "CertificateExpired"
+)
+
+// volumeValidity is what a volume contributes to its pod's condition: "" (a valid
+// certificate), a PodConditionReason* of False, or validityUnknown (a certificate from before a
+// restart whose expiry is not known yet: the pod is not written until it is).
+type volumeValidity string
+
+const validityUnknown volumeValidity = "?"
+
+// badness orders the False reasons: the pod shows the worst of its volumes.
+var badness = map[volumeValidity]int{
+	PodConditionReasonNotIssued:   1,
+	PodConditionReasonGatePending: 2,
+	PodConditionReasonFailing:     3,
+	PodConditionReasonExpired:     4,
+}
+
+// podConditions keeps the PodCondition of each pod with managed volumes: the pods' volumes and
+// what each contributes, what each pod is known to carry, and a queue of pods to write.
+type podConditions struct {
+	typ    corev1.PodConditionType
+	client corev1client.PodsGetter
+	clock  clock.Clock
+	log    logr.Logger
+	queue  workqueue.TypedRateLimitingInterface[types.UID]
+	ctx    context.Context // ends on stop; bounds the API calls
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu   sync.Mutex
+	pods map[types.UID]*podState
+}
+
+type podState struct {
+	namespace, name string
+	volumes         map[string]volumeValidity
+	// carried is the condition the pod is known to carry (nil: none); known is false until it
+	// has been read or written.
+	carried *corev1.PodCondition
+	known   bool
+}
+
+func newPodConditions(pc *PodCondition, clk clock.Clock, log logr.Logger) *podConditions {
+	cfg := workqueue.TypedRateLimitingQueueConfig[types.UID]{}
+	if c, ok := clk.(clock.WithTicker); ok {
+		cfg.Clock = c
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &podConditions{
+		typ:    pc.Type,
+		client: pc.Client,
+		clock:  clk,
+		log:    log.WithName("pod-condition"),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, time.Minute), cfg),
+		ctx:    ctx,
+		cancel: cancel,
+		done:   make(chan struct{}),
+		pods:   make(map[types.UID]*podState),
+	}
+}
+
+// run writes queued pods until stop.
+func (p *podConditions) run() {
+	defer close(p.done)
+	for {
+		uid, shutdown := p.queue.Get()
+		if shutdown {
+			return
+		}
+		if err := p.sync(uid); err != nil {
+			p.log.Error(err, "Writing the pod condition; retrying", "pod_uid", uid)
+			p.queue.AddRateLimited(uid)
+		} else {
+			p.queue.Forget(uid)
+		}
+		p.queue.Done(uid)
+	}
+}
+
+// stop ends the queue and any API call in flight, and waits for the writer.
+func (p *podConditions) stop() {
+	p.cancel()
+	p.queue.ShutDown()
+	<-p.done
+}
+
+// setVolume records what a volume of the pod contributes, and queues the pod if it changed.
+func (p *podConditions) setVolume(pod *corev1.ObjectReference, volumeID string, validity volumeValidity) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.pods[pod.UID]
+	if s == nil {
+		s = &podState{namespace: pod.Namespace, name: pod.Name, volumes: make(map[string]volumeValidity, 1)}
+		p.pods[pod.UID] = s
+	}
+	if old, ok := s.volumes[volumeID]; ok && old == validity {
+		return
+	}
+	s.volumes[volumeID] = validity
+	p.queue.Add(pod.UID)
+}
+
+// removeVolume forgets a volume; a pod left without volumes is forgotten, and not written.
+func (p *podConditions) removeVolume(pod *corev1.ObjectReference, volumeID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.pods[pod.UID]
+	if s == nil {
+		return
+	}
+	delete(s.volumes, volumeID)
+	if len(s.volumes) == 0 {
+		delete(p.pods, pod.UID)
+	}
+}
+
+// desired is the condition a pod's volumes call for; ok is false while a volume's validity is
+// unknown.
+func desired(typ corev1.PodConditionType, volumes map[string]volumeValidity) (c corev1.PodCondition, ok bool) {
+	ids := make([]string, 0, len(volumes))
+	for id := range volumes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	worst, worstID := volumeValidity(""), ""
+	for _, id := range ids {
+		v := volumes[id]
+		if v == validityUnknown {
+			return c, false
+		}
+		if badness[v] > badness[worst] {
+			worst, worstID = v, id
+		}
+	}
+	if worst == "" {
+		return corev1.PodCondition{Type: typ, Status: corev1.ConditionTrue, Reason: PodConditionReasonValid,
+			Message: "Every certificate volume holds a valid certificate"}, true
+	}
+	messages := map[volumeValidity]string{
+		PodConditionReasonNotIssued:   "has no certificate yet",
+		PodConditionReasonGatePending: "has no certificate yet: the driver's readiness gate says not yet",
+		PodConditionReasonFailing:     "has no certificate: issuing it fails",
+		PodConditionReasonExpired:     "holds an expired certificate",
+	}
+	return corev1.PodCondition{Type: typ, Status: corev1.ConditionFalse, Reason: string(worst),
+		Message: fmt.Sprintf("Volume %s %s", worstID, messages[worst])}, true
+}
+
+// sync brings one pod's condition to what its volumes call for: nothing if the pod carries it
+// already, or carries none and is only waiting for a first certificate; otherwise one patch.
+func (p *podConditions) sync(uid types.UID) error {
+	p.mu.Lock()
+	s := p.pods[uid]
+	if s == nil {
+		p.mu.Unlock()
+		return nil
+	}
+	want, ok := desired(p.typ, s.volumes)
+	namespace, name, carried, known := s.namespace, s.name, s.carried, s.known
+	p.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	log := p.log.WithValues("pod", name, "namespace", namespace)
+	// A pod waiting for a first certificate is not written unless it carries something else:
+	// then its condition is known, as only a certificate this process saw, or one resumed from
+	// stored state (never "not issued"), can have made it True.
+	waiting := want.Status == corev1.ConditionFalse &&
+		(want.Reason == PodConditionReasonNotIssued || want.Reason == PodConditionReasonGatePending)
+	if waiting && (!known || carried == nil) {
+		return nil
+	}
+	if !known {
+		pod, err := p.client.Pods(namespace).Get(p.ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && pod.UID != uid {
+			p.forget(uid)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading pod: %w", err)
+		}
+		carried = findCondition(pod.Status.Conditions, p.typ)
+		p.learn(uid, carried)
+	}
+	if sameCondition(carried, &want) {
+		return nil
+	}
+	want.LastTransitionTime = metav1.NewTime(p.clock.Now())
+	if carried != nil && carried.Status == want.Status {
+		want.LastTransitionTime = carried.LastTransitionTime
+	}
+	patch, err := json.Marshal(map[string]any{
+		// The UID makes the patch fail on another pod of the same name.
+		"metadata": map[string]any{"uid": uid},
+		"status":   map[string]any{"conditions": []corev1.PodCondition{want}},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = p.client.Pods(namespace).Patch(p.ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	switch {
+	case apierrors.IsNotFound(err):
+		p.forget(uid)
+		return nil
+	case err != nil:
+		p.learnUnknown(uid)
+		return fmt.Errorf("patching pod status: %w", err)
+	}
+	p.learn(uid, &want)
+	log.V(2).Info("Pod condition written", "type", p.typ, "status", want.Status, "reason", want.Reason)
+	return nil
+}
+
+func (p *podConditions) forget(uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pods, uid)
+}
+
+func (p *podConditions) learn(uid types.UID, carried *corev1.PodCondition) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.pods[uid]; s != nil {
+		s.carried, s.known = carried, true
+	}
+}
+
+// learnUnknown forgets what the pod carries: after a failed patch it is read again.
+func (p *podConditions) learnUnknown(uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.pods[uid]; s != nil {
+		s.carried, s.known = nil, false
+	}
+}
+
+func findCondition(conds []corev1.PodCondition, typ corev1.PodConditionType) *corev1.PodCondition {
+	for i := range conds {
+		if conds[i].Type == typ {
+			c := conds[i]
+			return &c
+		}
+	}
+	return nil
+}
+
+func sameCondition(a, b *corev1.PodCondition) bool {
+	return a != nil && b != nil && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message
+}

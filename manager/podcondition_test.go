@@ -1,0 +1,306 @@
+package manager
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/cert-manager/csi-lib/internal/api"
+	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/testkit"
+)
+
+const condType = corev1.PodConditionType("csi.example.com/certificate-ready")
+
+// condEnv is a manager keeping the pod condition, with a fake core clientset holding the pods
+// of the given volumes (pod-<id> in "ns", UID uid-<id>, as register names them).
+func condEnv(t *testing.T, podsOf ...string) (*env, *kubefake.Clientset) {
+	var objs []runtime.Object
+	for _, id := range podsOf {
+		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod-" + id, Namespace: "ns", UID: types.UID("uid-" + id)}})
+	}
+	kube := kubefake.NewClientset(objs...)
+	e := newEnv(t, func(o *Options) {
+		o.PodCondition = &PodCondition{Type: condType, Client: kube.CoreV1()}
+		o.GatePollInterval = -1
+	})
+	return e, kube
+}
+
+// podCondition reads the pod's condition from the fake's tracker (not counted as a call).
+func podCondition(t *testing.T, kube *kubefake.Clientset, pod string) *corev1.PodCondition {
+	t.Helper()
+	obj, err := kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), "ns", pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return findCondition(obj.(*corev1.Pod).Status.Conditions, condType)
+}
+
+// podCalls counts the pod reads and status patches the manager made.
+func podCalls(kube *kubefake.Clientset) (gets, patches int) {
+	for _, a := range kube.Actions() {
+		if a.GetResource().Resource != "pods" {
+			continue
+		}
+		switch a.GetVerb() {
+		case "get":
+			gets++
+		case "patch":
+			if a.GetSubresource() == "status" {
+				patches++
+			}
+		}
+	}
+	return gets, patches
+}
+
+// waitCondition waits (bounded) until the pod carries the condition with status and reason.
+func waitCondition(t *testing.T, e *env, kube *kubefake.Clientset, pod string, status corev1.ConditionStatus, reason string) *corev1.PodCondition {
+	t.Helper()
+	var c *corev1.PodCondition
+	e.poll("pod condition "+string(status)+"/"+reason, func() bool {
+		c = podCondition(t, kube, pod)
+		return c != nil && c.Status == status && c.Reason == reason
+	})
+	return c
+}
+
+// TestPodConditionLifecycle: a pod's first certificate makes its condition True in one write
+// (nothing is written while it is only waiting for it); a failing renewal of a valid certificate
+// writes nothing; expiry makes it False naming the volume; the next issuance makes it True.
+func TestPodConditionLifecycle(t *testing.T) {
+	e, kube := condEnv(t, "v1")
+	e.register("v1", false)
+	m := e.start()
+	_, done := publishAttempt(m, "v1")
+	e.waitForPending()
+	if _, patches := podCalls(kube); patches != 0 {
+		t.Fatalf("%d patches before the certificate", patches)
+	}
+	if c := podCondition(t, kube, "pod-v1"); c != nil {
+		t.Fatalf("condition written before the certificate: %+v", c)
+	}
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c := waitCondition(t, e, kube, "pod-v1", corev1.ConditionTrue, PodConditionReasonValid)
+	if !c.LastTransitionTime.Time.Equal(start) {
+		t.Errorf("lastTransitionTime %v, want the clock's %v", c.LastTransitionTime, start)
+	}
+	if gets, patches := podCalls(kube); gets != 1 || patches != 1 {
+		t.Fatalf("%d gets and %d patches for one issuance, want 1 and 1", gets, patches)
+	}
+
+	// Renewal fails from its due time (40 min) on: the certificate is still valid, so the
+	// condition stays True and nothing is written.
+	e.failKeygen.Store(true)
+	e.clock.SetTime(start.Add(50 * time.Minute))
+	e.poll("a failed renewal", func() bool { return e.counter(issueErrors, "v1") >= 1 })
+	if _, patches := podCalls(kube); patches != 1 {
+		t.Fatalf("a failing renewal of a valid certificate wrote the condition (%d patches)", patches)
+	}
+
+	// Expiry (1 h): False, naming the volume.
+	e.clock.SetTime(start.Add(time.Hour))
+	c = waitCondition(t, e, kube, "pod-v1", corev1.ConditionFalse, PodConditionReasonExpired)
+	if !strings.Contains(c.Message, "v1") {
+		t.Errorf("message %q does not name the volume", c.Message)
+	}
+	// The next issuance: True again.
+	e.failKeygen.Store(false)
+	e.clock.Step(10 * time.Minute) // past any renewal backoff step
+	e.issuePending()
+	waitCondition(t, e, kube, "pod-v1", corev1.ConditionTrue, PodConditionReasonValid)
+	if _, patches := podCalls(kube); patches != 3 {
+		t.Fatalf("%d patches, want 3 (True, expired, True)", patches)
+	}
+}
+
+// TestPodConditionTwoVolumes: a pod with two volumes is True only once both hold a
+// certificate, and False naming the one that expired.
+func TestPodConditionTwoVolumes(t *testing.T) {
+	e, kube := condEnv(t, "pod")
+	for _, id := range []string{"a", "b"} {
+		meta := e.register(id, false)
+		meta.VolumeContext["csi.storage.k8s.io/pod.name"] = "pod-pod"
+		meta.VolumeContext["csi.storage.k8s.io/pod.uid"] = "uid-pod"
+		if _, err := e.store.RegisterMetadata(meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := e.start()
+	_, doneA := publishAttempt(m, "a")
+	_, doneB := publishAttempt(m, "b")
+	e.poll("both requests", func() bool { return len(e.requests()) == 2 })
+	e.issuePending()
+	// One volume has its certificate, the other not yet: nothing written.
+	e.poll("one key pair written", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(e.written) == 1
+	})
+	if c := podCondition(t, kube, "pod-pod"); c != nil {
+		t.Fatalf("condition written with one volume of two issued: %+v", c)
+	}
+	e.issuePending()
+	for _, done := range []<-chan error{doneA, doneB} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCondition(t, e, kube, "pod-pod", corev1.ConditionTrue, PodConditionReasonValid)
+
+	// At the renewal time both create a request; only b's is signed, and a's certificate
+	// expires.
+	e.clock.SetTime(start.Add(40 * time.Minute))
+	e.poll("both renewal requests", func() bool {
+		pending := 0
+		for _, r := range e.requests() {
+			if !testkit.IsFinished(&r) {
+				pending++
+			}
+		}
+		return pending == 2
+	})
+	for _, r := range e.requests() {
+		if r.Labels[api.VolumeIDHashLabelKey] == util.HashIdentifier("b") && !testkit.IsFinished(&r) {
+			if _, err := testkit.Issue(context.Background(), e.client, e.ca, &r, e.clock.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.poll("b's renewal", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(e.written["b"]) == 2
+	})
+	e.clock.SetTime(start.Add(time.Hour))
+	c := waitCondition(t, e, kube, "pod-pod", corev1.ConditionFalse, PodConditionReasonExpired)
+	if !strings.Contains(c.Message, "Volume a ") {
+		t.Errorf("message %q does not name volume a", c.Message)
+	}
+}
+
+// TestPodConditionRetriesOnConflict: a refused patch is retried after the queue's backoff on the
+// injected clock.
+func TestPodConditionRetriesOnConflict(t *testing.T) {
+	e, kube := condEnv(t, "v1")
+	var refused atomic.Int32
+	kube.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if refused.Add(1) == 1 {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "pod-v1", nil)
+		}
+		return false, nil, nil
+	})
+	e.register("v1", false)
+	m := e.start()
+	_, done := publishAttempt(m, "v1")
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	e.poll("the refused patch", func() bool { return refused.Load() == 1 })
+	if c := podCondition(t, kube, "pod-v1"); c != nil {
+		t.Fatalf("condition present after a refused patch: %+v", c)
+	}
+	// The retry waits the queue's first backoff step, 100 ms, on the injected clock: step it
+	// (in case the step comes before the retry's timer exists, again) until the retry lands.
+	e.poll("the retry", func() bool {
+		e.clock.Step(100 * time.Millisecond)
+		c := podCondition(t, kube, "pod-v1")
+		return c != nil && c.Status == corev1.ConditionTrue
+	})
+	if refused.Load() != 2 {
+		t.Fatalf("%d patches, want the refused one and its retry", refused.Load())
+	}
+	if e.clock.Now().Sub(start) >= 40*time.Minute {
+		t.Fatal("the retry took as long as a renewal")
+	}
+}
+
+// TestPodConditionSurvivesRestart: a restarted manager reads each pod once and writes nothing
+// when the pod already carries the condition its volumes call for.
+func TestPodConditionSurvivesRestart(t *testing.T) {
+	e, kube := condEnv(t, "v1")
+	e.register("v1", false)
+	a := e.start()
+	_, done := publishAttempt(a, "v1")
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, e, kube, "pod-v1", corev1.ConditionTrue, PodConditionReasonValid)
+	a.Stop()
+	meta, err := e.store.ReadMetadata("v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta.Mounted = true
+	if err := e.store.WriteMetadata("v1", meta); err != nil {
+		t.Fatal(err)
+	}
+	kube.ClearActions()
+
+	e.start()
+	e.poll("the restarted manager's read of the pod", func() bool { gets, _ := podCalls(kube); return gets == 1 })
+	// Let the writer settle: a renewal is not due for 40 minutes, so nothing else happens.
+	time.Sleep(100 * time.Millisecond)
+	if gets, patches := podCalls(kube); gets != 1 || patches != 0 {
+		t.Fatalf("restart: %d gets and %d patches, want 1 and 0", gets, patches)
+	}
+}
+
+// TestPodConditionNothingWithoutPodOrAfterUnpublish: a volume without pod information is never
+// written, and a pod whose volume is unmanaged before its certificate is forgotten.
+func TestPodConditionNothingWithoutPodOrAfterUnpublish(t *testing.T) {
+	e, kube := condEnv(t, "v1")
+	meta := e.register("anon", false)
+	delete(meta.VolumeContext, "csi.storage.k8s.io/pod.namespace")
+	if err := e.store.WriteMetadata("anon", meta); err != nil {
+		t.Fatal(err)
+	}
+	e.register("v1", false)
+	m := e.start()
+	_, doneAnon := publishAttempt(m, "anon")
+	e.issuePending()
+	if err := <-doneAnon; err != nil {
+		t.Fatal(err)
+	}
+	e.gateOpen.Store(false)
+	if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); err == nil {
+		t.Fatal("the closed gate did not refuse")
+	}
+	m.UnmanageVolume("v1")
+	time.Sleep(100 * time.Millisecond)
+	if gets, patches := podCalls(kube); gets+patches != 0 {
+		t.Fatalf("%d gets and %d patches for a volume without pod information and a pod unpublished while pending", gets, patches)
+	}
+}
+
+func TestPodConditionOptionIsValidated(t *testing.T) {
+	kube := kubefake.NewClientset()
+	for name, pc := range map[string]*PodCondition{
+		"no type":          {Client: kube.CoreV1()},
+		"not a name":       {Type: "not a name!", Client: kube.CoreV1()},
+		"no client":        {Type: condType},
+		"too many slashes": {Type: "a/b/c", Client: kube.CoreV1()},
+	} {
+		e := newEnv(t, func(o *Options) { o.PodCondition = pc })
+		if _, err := NewManager(e.opts); err == nil || err.Error() != "PodCondition must have a Type that is a qualified name and a Client" {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
