@@ -205,7 +205,7 @@ func (b *board) showConditionLocked(v *volume) {
 	if b.conditions == nil || !v.shown.listed || v.shown.pod == nil {
 		return
 	}
-	b.conditions.setVolume(v.shown.pod, v.id, b.validityLocked(v))
+	b.conditions.setVolume(v.shown.pod, v.id, b.validityLocked(v), v.resumed)
 }
 
 // validityLocked is what the volume contributes to its pod's condition at this instant: a

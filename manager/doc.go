@@ -44,6 +44,9 @@
 // (its first publish was in flight when the driver stopped) waits, for five minutes after
 // start-up, for kubelet to publish that volume again, and that publish resumes the request.
 //
+// With Options.PodCondition set, the Manager keeps a condition on each pod with managed
+// volumes, True while all of them hold a valid certificate, for the pod's readiness gates.
+//
 // With Options.EventRecorder set, the Manager records Kubernetes Events on each volume's Pod:
 // certificate issued or renewed, an attempt failed (with the next attempt's time), the gate
 // pending too long, renewal overdue, certificate expired. Overdue and expired come from timers
@@ -66,6 +69,8 @@
 //	  │              (the only writer of key files); keys the start-up sweep kept
 //	  ├─ admission   slots and the rate-limit bucket, first come, first served
 //	  └─ board       each volume's state for the gauge, its Events, overdue/expiry timers
+//	       └─ podConditions  with Options.PodCondition: each pod's volumes, what its
+//	                         condition should be and what it carries; a queue that writes it
 //
 // What calls what: the public methods register a volume and start its loop; a loop or a
 // caller runs an attempt; the attempt asks requests, keys and admission, and tells the board

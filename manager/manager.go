@@ -99,7 +99,7 @@ func (m *Manager) resumeMountedVolumes() {
 			m.log.V(2).Info("Not resuming volume whose publish never succeeded", "volume_id", id)
 			continue
 		}
-		if v := m.register(id); v != nil {
+		if v := m.register(id, true); v != nil {
 			m.noteMetadata(v, meta)
 			m.startLoop(v, &meta)
 			resumed++
@@ -124,10 +124,12 @@ func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister 
 	return m.requests.lister
 }
 
-// register adds a volume to the managed set, and to the board, without starting its loop. It
-// returns nil if the volume is already managed or the manager is stopped.
-func (m *Manager) register(id string) *volume {
+// register adds a volume to the managed set, and to the board, without starting its loop;
+// resumed says it comes from stored state at start-up. It returns nil if the volume is already
+// managed or the manager is stopped.
+func (m *Manager) register(id string, resumed bool) *volume {
 	v := newVolume(id, m.opts.Clock.Now(), m.log)
+	v.resumed = resumed
 	if !m.registry.add(v) {
 		return nil
 	}
@@ -163,7 +165,7 @@ func (m *Manager) startLoop(v *volume, known *metadata.Metadata) {
 // due. It reports true only if this call registered the volume; false if it was already managed
 // or the manager is stopped. It reads nothing and never blocks.
 func (m *Manager) ManageVolume(volumeID string) (managed bool) {
-	v := m.register(volumeID)
+	v := m.register(volumeID, false)
 	if v == nil {
 		return false
 	}
@@ -180,7 +182,7 @@ func (m *Manager) ManageVolume(volumeID string) (managed bool) {
 //     a closed readiness gate gives an error matching ErrNotReadyToRequest;
 //   - otherwise the loop starts: (true, nil).
 func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (managed bool, err error) {
-	v := m.register(volumeID)
+	v := m.register(volumeID, false)
 	if v == nil {
 		if m.registry.isStopped() {
 			return false, errStopped
@@ -214,13 +216,13 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 		}
 		m.log.Info("Volume not ready to request a certificate; the background loop will issue it", "volume_id", meta.VolumeID,
 			"pod", meta.VolumeContext[metadata.PodNameVolumeContextKey], "namespace", meta.VolumeContext[metadata.PodNamespaceVolumeContextKey], "reason", reason)
-		if v := m.register(meta.VolumeID); v != nil {
+		if v := m.register(meta.VolumeID, false); v != nil {
 			m.noteMetadata(v, meta)
 			m.startLoop(v, &meta)
 		}
 		return nil
 	}
-	v := m.register(meta.VolumeID)
+	v := m.register(meta.VolumeID, false)
 	if v == nil {
 		if m.registry.isStopped() {
 			return errStopped

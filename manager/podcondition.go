@@ -29,10 +29,10 @@ import (
 // condition (kubelet keeps conditions of readiness-gate types it does not own), and only when
 // the pod's state changes; a pod that has no such condition yet is not given a False one for a
 // certificate that is simply not issued yet (the readiness gate holds it back already), so a pod
-// whose certificate is issued normally costs one write. Writes go through a rate-limited queue
-// with retries, never block issuance, and stop when the pod is gone or its volumes are
-// unpublished. After a restart the condition is recomputed from the stored state, with one read
-// of each pod and no write when it already matches.
+// whose certificate is issued normally costs one write and no read. Writes go through a
+// rate-limited queue with retries, never block issuance, and stop when the pod is gone or its
+// volumes are unpublished. After a restart the condition is recomputed from the stored state,
+// with one read of each pod and no write when it already matches.
 //
 // The driver's account needs get and patch on pods/status; see the README for a
 // ValidatingAdmissionPolicy that limits it to this condition on pods of its own node.
@@ -145,13 +145,19 @@ func (p *podConditions) stop() {
 }
 
 // setVolume records what a volume of the pod contributes, and queues the pod if it changed.
-func (p *podConditions) setVolume(pod *corev1.ObjectReference, volumeID string, validity volumeValidity) {
+// A pod known only from volumes published in this process carries no condition of ours: kubelet
+// publishes a pod's volumes before its containers start, and a driver that restarts resumes the
+// volumes it had (resumed), whose pod is read before it is written.
+func (p *podConditions) setVolume(pod *corev1.ObjectReference, volumeID string, validity volumeValidity, resumed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.pods[pod.UID]
 	if s == nil {
-		s = &podState{namespace: pod.Namespace, name: pod.Name, volumes: make(map[string]volumeValidity, 1)}
+		s = &podState{namespace: pod.Namespace, name: pod.Name, volumes: make(map[string]volumeValidity, 1), known: true}
 		p.pods[pod.UID] = s
+	}
+	if _, seen := s.volumes[volumeID]; !seen && resumed {
+		s.carried, s.known = nil, false
 	}
 	if old, ok := s.volumes[volumeID]; ok && old == validity {
 		return
@@ -222,9 +228,9 @@ func (p *podConditions) sync(uid types.UID) error {
 		return nil
 	}
 	log := p.log.WithValues("pod", name, "namespace", namespace)
-	// A pod waiting for a first certificate is not written unless it carries something else:
-	// then its condition is known, as only a certificate this process saw, or one resumed from
-	// stored state (never "not issued"), can have made it True.
+	// A pod waiting for a first certificate is not written unless it carries something else,
+	// and then its condition is known: only a certificate written in this process, or one
+	// resumed from stored state (never "not issued"), can have made it True.
 	waiting := want.Status == corev1.ConditionFalse &&
 		(want.Reason == PodConditionReasonNotIssued || want.Reason == PodConditionReasonGatePending)
 	if waiting && (!known || carried == nil) {

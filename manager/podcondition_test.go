@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -26,7 +27,7 @@ const condType = corev1.PodConditionType("csi.example.com/certificate-ready")
 // condEnv is a manager keeping the pod condition, with a fake core clientset holding the pods
 // of the given volumes (pod-<id> in "ns", UID uid-<id>, as register names them).
 func condEnv(t *testing.T, podsOf ...string) (*env, *kubefake.Clientset) {
-	var objs []runtime.Object
+	var objs []k8sruntime.Object
 	for _, id := range podsOf {
 		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod-" + id, Namespace: "ns", UID: types.UID("uid-" + id)}})
 	}
@@ -100,8 +101,8 @@ func TestPodConditionLifecycle(t *testing.T) {
 	if !c.LastTransitionTime.Time.Equal(start) {
 		t.Errorf("lastTransitionTime %v, want the clock's %v", c.LastTransitionTime, start)
 	}
-	if gets, patches := podCalls(kube); gets != 1 || patches != 1 {
-		t.Fatalf("%d gets and %d patches for one issuance, want 1 and 1", gets, patches)
+	if gets, patches := podCalls(kube); gets != 0 || patches != 1 {
+		t.Fatalf("%d gets and %d patches for one issuance, want 0 and 1", gets, patches)
 	}
 
 	// Renewal fails from its due time (40 min) on: the certificate is still valid, so the
@@ -182,10 +183,11 @@ func TestPodConditionTwoVolumes(t *testing.T) {
 			}
 		}
 	}
-	e.poll("b's renewal", func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return len(e.written["b"]) == 2
+	e.poll("b's renewal on the board", func() bool {
+		v := m.registry.get("b")
+		m.board.mu.Lock()
+		defer m.board.mu.Unlock()
+		return v.shown.watch != nil && v.shown.watch.notAfter.After(start.Add(time.Hour))
 	})
 	e.clock.SetTime(start.Add(time.Hour))
 	c := waitCondition(t, e, kube, "pod-pod", corev1.ConditionFalse, PodConditionReasonExpired)
@@ -199,7 +201,7 @@ func TestPodConditionTwoVolumes(t *testing.T) {
 func TestPodConditionRetriesOnConflict(t *testing.T) {
 	e, kube := condEnv(t, "v1")
 	var refused atomic.Int32
-	kube.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	kube.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
 		if refused.Add(1) == 1 {
 			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "pod-v1", nil)
 		}
@@ -303,4 +305,20 @@ func TestPodConditionOptionIsValidated(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+}
+
+// TestPodConditionStopLeavesNoGoroutines: Stop ends the condition's writer and its queue.
+func TestPodConditionStopLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	e, kube := condEnv(t, "v1")
+	e.register("v1", false)
+	m := e.start()
+	_, done := publishAttempt(m, "v1")
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, e, kube, "pod-v1", corev1.ConditionTrue, PodConditionReasonValid)
+	m.Stop()
+	e.poll("the goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }

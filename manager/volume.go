@@ -34,6 +34,10 @@ type volume struct {
 	fence  sync.Mutex
 	fenced bool
 
+	// resumed: registered at start-up from stored state (a volume mounted before this
+	// process), not by a publish or a ManageVolume call.
+	resumed bool
+
 	// Guarded by registry.mu.
 	podUID      types.UID
 	loopStarted bool

@@ -110,6 +110,15 @@ type driverFlags struct {
 	requeuePods  bool          // RequeuePod from the driver's pod informer
 	oldGate      bool          // a closed gate retried on the 30 s issuance backoff, no poll
 	issueBackoff time.Duration // the issuance backoff's first step (0: the library's)
+	podCondition bool          // keep readyCondition on the pods (manager.Options.PodCondition)
+}
+
+// podConditionType is the driver's --pod-condition: readyCondition, or "" for none.
+func (f driverFlags) podConditionType() string {
+	if f.podCondition {
+		return string(readyCondition)
+	}
+	return ""
 }
 
 // startDriver starts the driver process and waits until kubelet lists it in the CSINode.
@@ -127,6 +136,7 @@ func (c *cluster) startDriver(ctx context.Context, f driverFlags) error {
 		fmt.Sprintf("--requeue-pods=%t", f.requeuePods),
 		fmt.Sprintf("--old-gate-behaviour=%t", f.oldGate),
 		"--issue-backoff", f.issueBackoff.String(),
+		"--pod-condition", f.podConditionType(),
 		"--v", "4"); err != nil {
 		return err
 	}

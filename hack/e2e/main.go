@@ -31,7 +31,7 @@ import (
 
 func main() {
 	keep := flag.Bool("keep", false, "leave the run directory (logs, configs) in place")
-	flag.IntVar(&gatePods, "gate-pods", 20, "pods per variant in story 2")
+	flag.IntVar(&gatePods, "gate-pods", 20, "pods per variant in story 2, and in story 8")
 	check := flag.Bool("check", false, "only say whether this machine can run the node (exit 2 and why if not)")
 	flag.BoolVar(&demoMode, "demo", false, "tell the demo's four stories (make demo) instead of the e2e stories")
 	flag.Parse()
@@ -166,7 +166,10 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	gate, figures := c.storyGateOnPodIP(ctx, gatePods)
 	results = append(results, gate)
 	results = append(results, c.storyKilledDuringFirstIssuance(ctx)...)
+	readiness, readinessFigures := c.storyReadiness(ctx, gatePods)
+	results = append(results, readiness)
 	slices.SortStableFunc(results, func(a, b result) int { return strings.Compare(a.story, b.story) })
+	defer printReadinessFigures(readinessFigures)
 	defer printGateFigures(figures)
 	return results, nil
 }

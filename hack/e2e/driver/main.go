@@ -67,6 +67,7 @@ func main() {
 		issueBase   = flag.Duration("issue-backoff", 0, "the issuance (renewal) backoff's first step (0: the library's default, 30 s)")
 		journalPath = flag.String("journal", "", "append a JSON line per publish and per key pair written to this file")
 		metricsAddr = flag.String("metrics-address", "", "serve /metrics on this loopback address (host:port)")
+		podCond     = flag.String("pod-condition", "", "keep a pod condition of this type (manager.Options.PodCondition)")
 		verbosity   = flag.Int("v", 2, "log verbosity")
 	)
 	flag.Parse()
@@ -77,21 +78,25 @@ func main() {
 		log.Error(err, "opening the journal")
 		os.Exit(1)
 	}
-	b := backoffs{old: *oldGate, issue: *issueBase}
+	b := managerFlags{old: *oldGate, issue: *issueBase, podCondition: corev1.PodConditionType(*podCond)}
 	if err := run(log, j, b, *metricsAddr, *name, *nodeID, *kubeconfig, *dataRoot, *socket, *registry, *gateOnIP, *requeuePods); err != nil {
 		log.Error(err, "driver failed")
 		os.Exit(1)
 	}
 }
 
-// backoffs configures the manager's backoffs from the flags.
-type backoffs struct {
-	old   bool
-	issue time.Duration
+// managerFlags configures the manager from the flags.
+type managerFlags struct {
+	old          bool
+	issue        time.Duration
+	podCondition corev1.PodConditionType
 }
 
-// apply sets the manager's backoff options.
-func (b backoffs) apply(o *manager.Options) {
+// apply sets the manager's backoffs and pod condition (written with client).
+func (b managerFlags) apply(o *manager.Options, client typedcorev1.PodsGetter) {
+	if b.podCondition != "" {
+		o.PodCondition = &manager.PodCondition{Type: b.podCondition, Client: client}
+	}
 	if b.issue > 0 {
 		issue := manager.DefaultRenewalBackoff()
 		issue.Duration = b.issue
@@ -104,11 +109,14 @@ func (b backoffs) apply(o *manager.Options) {
 	}
 }
 
-func run(log logr.Logger, j *journal, b backoffs, metricsAddr, name, nodeID, kubeconfig, dataRoot, socket, registry string, gateOnIP, requeuePods bool) error {
+func run(log logr.Logger, j *journal, b managerFlags, metricsAddr, name, nodeID, kubeconfig, dataRoot, socket, registry string, gateOnIP, requeuePods bool) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
 	}
+	// kubelet's own client limits rather than client-go's 5 per second: events, the pod
+	// condition and the pod informer share this client.
+	cfg.QPS, cfg.Burst = 50, 100
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -182,7 +190,7 @@ func run(log logr.Logger, j *journal, b backoffs, metricsAddr, name, nodeID, kub
 		EventRecorder:  recorder,
 		Metrics:        met,
 	}
-	b.apply(&opts)
+	b.apply(&opts, kube.CoreV1())
 	m, err := manager.NewManager(opts)
 	if err != nil {
 		return err
