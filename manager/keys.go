@@ -42,15 +42,15 @@ type pendingKeys struct {
 	// mu guards the maps and serialises every read and write of the key files: the informer's
 	// delete events remove keys while attempts write them.
 	mu       sync.Mutex
-	inMemory map[string]pendingKey
+	inMemory map[string]heldKey
 	// sweptFor holds, by volume ID, the request each kept key belongs to.
 	sweptFor map[string]string
 	// stopExpiry stops the end of the kept keys' grace period.
 	stopExpiry func() bool
 }
 
-// pendingKey is the private key of one submitted request, and the volume it is for.
-type pendingKey struct {
+// heldKey is the private key of one submitted request, and the volume it is for.
+type heldKey struct {
 	volumeID string
 	key      any
 }
@@ -63,7 +63,7 @@ const pendingKeyRequestHeader = "CertificateRequest"
 const sweptKeyGrace = 5 * time.Minute
 
 func newPendingKeys(log logr.Logger, store storage.MetadataReader) *pendingKeys {
-	k := &pendingKeys{log: log, inMemory: make(map[string]pendingKey), sweptFor: make(map[string]string)}
+	k := &pendingKeys{log: log, inMemory: make(map[string]heldKey), sweptFor: make(map[string]string)}
 	k.store, _ = store.(storage.PendingKeyStore)
 	k.swept, _ = store.(storage.SweptKeyStore)
 	if k.store == nil {
@@ -78,7 +78,7 @@ func newPendingKeys(log logr.Logger, store storage.MetadataReader) *pendingKeys 
 func (k *pendingKeys) remember(log logr.Logger, volumeID, reqKey string, key crypto.PrivateKey) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.inMemory[reqKey] = pendingKey{volumeID: volumeID, key: key}
+	k.inMemory[reqKey] = heldKey{volumeID: volumeID, key: key}
 	if k.store == nil {
 		return
 	}
@@ -174,7 +174,7 @@ func (k *pendingKeys) recover(log logr.Logger, volumeID string, newest *cmapi.Ce
 		k.removeLocked(log, volumeID, reqKey, "it does not match the request's CSR")
 		return nil, false
 	}
-	k.inMemory[reqKey] = pendingKey{volumeID: volumeID, key: key}
+	k.inMemory[reqKey] = heldKey{volumeID: volumeID, key: key}
 	log.Info("Recovered the persisted private key of a pending CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
 	return key, true
 }

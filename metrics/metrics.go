@@ -121,8 +121,8 @@ func New(nodeId string, logger *logr.Logger, registry *prometheus.Registry, meta
 
 // EnableVolumeStateGauge registers certmanager_csi_volumes{node, state}: the number of managed
 // volumes in each of VolumeStates (one series per state, so cardinality is bounded whatever the
-// number of volumes). It is opt-in, so a driver that does not call it scrapes exactly as
-// upstream. Calling it more than once is harmless.
+// number of volumes). It is opt-in, so a driver that does not call it scrapes exactly the
+// families it scraped before. Calling it more than once is harmless.
 func (m *Metrics) EnableVolumeStateGauge() {
 	if m == nil {
 		return

@@ -25,7 +25,7 @@ const (
 	// the metadata and outside data/.
 	pendingKeyFileName = "pending-key.pem"
 
-	// Modes as upstream: the volume directory has no x bits (only root, which the driver is,
+	// The volume directory has no x bits (only root, which the driver is,
 	// enters it), the data directory is readable by its group (the fsGroup) and nobody else.
 	rootDirMode     = 0o700
 	volumeDirMode   = 0o644
@@ -55,7 +55,7 @@ type FilesystemOptions struct {
 
 // Filesystem stores volumes in directories under <baseDir>/inmemfs/<volumeID>/, each with a
 // metadata.json and a data/ directory that is bind-mounted into the pod. The process must run
-// as root (as upstream's): volume directories have mode 0644 and data directories 0550.
+// as root: volume directories have mode 0644 and data directories 0550.
 //
 // Metadata is written atomically:
 //  1. write the new content to a temporary file in the volume's directory,
@@ -185,7 +185,7 @@ func (f *Filesystem) openVolume(volumeID string) (*os.Root, error) {
 }
 
 // PathForVolume returns <baseDir>/inmemfs/<volumeID>/data with baseDir as given to
-// NewFilesystem (a relative baseDir gives a relative path, as upstream). It returns "" for an
+// NewFilesystem (a relative baseDir gives a relative path). It returns "" for an
 // invalid volume ID.
 func (f *Filesystem) PathForVolume(volumeID string) string {
 	if ValidateVolumeID(volumeID) != nil {
@@ -255,8 +255,8 @@ func (f *Filesystem) readMetadata(volumeID string) (metadata.Metadata, error) {
 }
 
 // WriteMetadata atomically replaces the metadata of an existing volume, keeping a stored
-// Mounted true. A missing volume directory gives an error matching both fs.ErrNotExist (as
-// upstream's) and ErrNotFound.
+// Mounted true. A missing volume directory gives an error matching both fs.ErrNotExist and
+// ErrNotFound.
 func (f *Filesystem) WriteMetadata(volumeID string, meta metadata.Metadata) error {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
@@ -308,7 +308,7 @@ func (f *Filesystem) updateMetadata(volumeID string, next func(stored *metadata.
 
 // RegisterMetadata creates the volume if it does not exist (Mounted false) and reports true.
 // For an existing volume with the same volume context it reports false; with a changed one it
-// keeps the stored record and replaces only its VolumeContext, as upstream does. Corrupt
+// keeps the stored record and replaces only its VolumeContext. Corrupt
 // existing metadata is an error (wrapping ErrInvalidJSON) and is left untouched.
 func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	if err := ValidateVolumeID(meta.VolumeID); err != nil {
@@ -340,7 +340,7 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	return true, nil
 }
 
-// createVolumeDirs makes <id>/ and <id>/data with upstream's modes.
+// createVolumeDirs makes <id>/ and <id>/data with their modes.
 func (f *Filesystem) createVolumeDirs(volumeID string) error {
 	for _, d := range []struct {
 		path string
@@ -381,7 +381,8 @@ func (f *Filesystem) ValidateMetadata(meta metadata.Metadata) error {
 // projectFiles for the steps. Names follow kubelet's rules (see cleanFilePath; sub-paths such as
 // "certs/tls.crt" work). Files are 0440; with an fsGroup the data directory and the files belong
 // to that group. Every check happens before anything is written: an error changes nothing. A
-// volume without a directory is an error matching ErrNotFound (upstream would recreate it).
+// volume without a directory is an error matching ErrNotFound: it was removed, and is not
+// recreated behind an unpublish.
 func (f *Filesystem) WriteFiles(meta metadata.Metadata, files map[string][]byte) error {
 	if err := ValidateVolumeID(meta.VolumeID); err != nil {
 		return err
@@ -410,7 +411,7 @@ func (f *Filesystem) WriteFiles(meta metadata.Metadata, files map[string][]byte)
 
 // ReadFile reads one data file of a volume through the current projection. name may be a
 // sub-path; nothing outside the data directory is ever read ("..", or symlinks leading out, are
-// not found). Any failure to open gives a bare ErrNotFound, as upstream.
+// not found). Any failure to open gives a bare ErrNotFound.
 func (f *Filesystem) ReadFile(volumeID, name string) ([]byte, error) {
 	if ValidateVolumeID(volumeID) != nil || checkDir(f.volumeDir(volumeID)) != nil || checkDir(f.dataDir(volumeID)) != nil {
 		return nil, ErrNotFound

@@ -100,7 +100,7 @@ const sweptKeysName = "..swept-pending-keys"
 // DataWriter writes the files of a volume.
 type DataWriter interface {
 	// WriteFiles writes the data files of a volume (Filesystem: the whole set at once, as a
-	// projection; MemoryFS: merged into the volume's files, as upstream's fake does).
+	// projection; MemoryFS: merged into the volume's files).
 	WriteFiles(meta metadata.Metadata, files map[string][]byte) error
 }
 

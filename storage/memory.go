@@ -10,17 +10,16 @@ import (
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
-// MemoryFS is an in-memory Interface for tests, behaving as upstream csi-lib's: each volume is
-// one map of file name to bytes, and "metadata.json" is an ordinary entry of it holding exactly
+// MemoryFS is an in-memory Interface for drivers' tests: each volume is one map of file name to bytes, and "metadata.json" is an ordinary entry of it holding exactly
 // json.Marshal of the stored metadata (Mounted false), so drivers' tests that compare those
 // bytes keep passing. Errors are the bare sentinels (err == ErrNotFound holds).
 //
-// What it adds to upstream's fake: hostile volume IDs are rejected with ErrInvalidVolumeID, and
+// Beyond that map: hostile volume IDs are rejected with ErrInvalidVolumeID, and
 // Mounted is kept in a separate per-volume flag that never goes back to false (ReadMetadata
 // reports it; the bytes never show it). It is safe for concurrent use.
 type MemoryFS struct {
-	// FSGroupVolumeAttributeKey is accepted for symmetry with Filesystem; MemoryFS, like
-	// upstream's, checks no fsGroup.
+	// FSGroupVolumeAttributeKey is accepted for symmetry with Filesystem; MemoryFS checks no
+	// fsGroup.
 	FSGroupVolumeAttributeKey string
 
 	// Mounter, if set, is used by Sweep to unmount target paths of never-mounted volumes.
@@ -80,7 +79,7 @@ func NewMemoryFS() *MemoryFS {
 	return &MemoryFS{volumes: make(map[string]*memVolume)}
 }
 
-// PathForVolume returns the volume ID itself, as upstream's fake does (fake mounters record it
+// PathForVolume returns the volume ID itself (fake mounters record it
 // as the mount source); "" for an invalid ID.
 func (m *MemoryFS) PathForVolume(volumeID string) string {
 	if ValidateVolumeID(volumeID) != nil {
@@ -149,7 +148,7 @@ func (m *MemoryFS) SetMounted(volumeID string) error {
 // RegisterMetadata creates the volume if missing and reports true. For an existing volume whose
 // volume context is the same (nil equals empty) it reports false; an undecodable entry gives
 // the JSON decoder's error. Otherwise the whole record is replaced by meta, keeping only the
-// Mounted flag, as upstream's fake does.
+// Mounted flag.
 func (m *MemoryFS) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	if err := ValidateVolumeID(meta.VolumeID); err != nil {
 		return false, err
@@ -218,7 +217,7 @@ func (m *MemoryFS) ValidateMetadata(meta metadata.Metadata) error {
 
 // WriteFiles copies files into the volume's map (ErrNotFound for an unknown volume). It merges:
 // names not in files stay, and a file named "metadata.json" replaces the metadata bytes. Any
-// name is accepted and no fsGroup is checked, as upstream's fake does.
+// name is accepted and no fsGroup is checked.
 func (m *MemoryFS) WriteFiles(meta metadata.Metadata, files map[string][]byte) error {
 	return m.update(meta.VolumeID, func(v *memVolume) error {
 		if v.files == nil {
