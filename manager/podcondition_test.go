@@ -322,3 +322,22 @@ func TestPodConditionStopLeavesNoGoroutines(t *testing.T) {
 	m.Stop()
 	e.poll("the goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// TestNoPodConditionWithoutTheOption: without PodCondition the manager keeps no pod state, no
+// queue and no timer for it, and issuance is unchanged.
+func TestNoPodConditionWithoutTheOption(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.GatePollInterval = -1 })
+	e.register("v1", false)
+	m := e.start()
+	_, done := publishAttempt(m, "v1")
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if m.board.conditions != nil || m.board.watching {
+		t.Fatal("pod conditions (or certificate timers) without the option")
+	}
+	if w := m.board.armedTimers(m.registry.get("v1")); w != 0 {
+		t.Fatalf("%d certificate timers without a listener", w)
+	}
+}
