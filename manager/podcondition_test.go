@@ -67,6 +67,16 @@ func podCalls(kube *kubefake.Clientset) (gets, patches int) {
 	return gets, patches
 }
 
+// publishAndIssue makes a publish's attempt for the volume and signs its request.
+func publishAndIssue(t *testing.T, e *env, m *Manager, id string) {
+	t.Helper()
+	_, done := publishAttempt(m, id)
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitCondition waits (bounded) until the pod carries the condition with status and reason.
 func waitCondition(t *testing.T, e *env, kube *kubefake.Clientset, pod string, status corev1.ConditionStatus, reason string) *corev1.PodCondition {
 	t.Helper()
@@ -209,11 +219,7 @@ func TestPodConditionRetriesOnConflict(t *testing.T) {
 	})
 	e.register("v1", false)
 	m := e.start()
-	_, done := publishAttempt(m, "v1")
-	e.issuePending()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	publishAndIssue(t, e, m, "v1")
 	e.poll("the refused patch", func() bool { return refused.Load() == 1 })
 	if c := podCondition(t, kube, "pod-v1"); c != nil {
 		t.Fatalf("condition present after a refused patch: %+v", c)
@@ -239,11 +245,7 @@ func TestPodConditionSurvivesRestart(t *testing.T) {
 	e, kube := condEnv(t, "v1")
 	e.register("v1", false)
 	a := e.start()
-	_, done := publishAttempt(a, "v1")
-	e.issuePending()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	publishAndIssue(t, e, a, "v1")
 	waitCondition(t, e, kube, "pod-v1", corev1.ConditionTrue, PodConditionReasonValid)
 	a.Stop()
 	meta, err := e.store.ReadMetadata("v1")
@@ -276,11 +278,7 @@ func TestPodConditionNothingWithoutPodOrAfterUnpublish(t *testing.T) {
 	}
 	e.register("v1", false)
 	m := e.start()
-	_, doneAnon := publishAttempt(m, "anon")
-	e.issuePending()
-	if err := <-doneAnon; err != nil {
-		t.Fatal(err)
-	}
+	publishAndIssue(t, e, m, "anon")
 	e.gateOpen.Store(false)
 	if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); err == nil {
 		t.Fatal("the closed gate did not refuse")
@@ -313,11 +311,7 @@ func TestPodConditionStopLeavesNoGoroutines(t *testing.T) {
 	e, kube := condEnv(t, "v1")
 	e.register("v1", false)
 	m := e.start()
-	_, done := publishAttempt(m, "v1")
-	e.issuePending()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	publishAndIssue(t, e, m, "v1")
 	waitCondition(t, e, kube, "pod-v1", corev1.ConditionTrue, PodConditionReasonValid)
 	m.Stop()
 	e.poll("the goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
@@ -329,11 +323,7 @@ func TestNoPodConditionWithoutTheOption(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.GatePollInterval = -1 })
 	e.register("v1", false)
 	m := e.start()
-	_, done := publishAttempt(m, "v1")
-	e.issuePending()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	publishAndIssue(t, e, m, "v1")
 	if m.board.conditions != nil || m.board.watching {
 		t.Fatal("pod conditions (or certificate timers) without the option")
 	}

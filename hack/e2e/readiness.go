@@ -87,35 +87,23 @@ func isRunning(pod *corev1.Pod) bool {
 // watchReadiness starts following; the returned function stops it.
 func (c *cluster) watchReadiness(ctx context.Context) (*readyWatch, func(), error) {
 	w := &readyWatch{pods: map[string]*corev1.Pod{}, changes: map[string][]readyChange{}, runningNotReady: map[string]bool{}, conditionTrue: map[string]time.Time{}}
-	watch, err := c.kube.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, err
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range watch.ResultChan() {
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			now, ready := time.Now(), isReady(pod)
-			w.mu.Lock()
-			w.pods[pod.Name] = pod
-			ch := w.changes[pod.Name]
-			if len(ch) == 0 && ready || len(ch) > 0 && ch[len(ch)-1].ready != ready {
-				w.changes[pod.Name] = append(ch, readyChange{at: now, ready: ready})
-			}
-			if isRunning(pod) && !ready {
-				w.runningNotReady[pod.Name] = true
-			}
-			if _, seen := w.conditionTrue[pod.Name]; !seen && hasCondition(pod, readyCondition) {
-				w.conditionTrue[pod.Name] = now
-			}
-			w.mu.Unlock()
+	stop, err := c.watchPods(ctx, func(pod *corev1.Pod) {
+		now, ready := time.Now(), isReady(pod)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.pods[pod.Name] = pod
+		ch := w.changes[pod.Name]
+		if len(ch) == 0 && ready || len(ch) > 0 && ch[len(ch)-1].ready != ready {
+			w.changes[pod.Name] = append(ch, readyChange{at: now, ready: ready})
 		}
-	}()
-	return w, func() { watch.Stop(); <-done }, nil
+		if isRunning(pod) && !ready {
+			w.runningNotReady[pod.Name] = true
+		}
+		if _, seen := w.conditionTrue[pod.Name]; !seen && hasCondition(pod, readyCondition) {
+			w.conditionTrue[pod.Name] = now
+		}
+	})
+	return w, stop, err
 }
 
 // readySince returns the first time the pod was seen Ready at or after t.
@@ -196,6 +184,25 @@ func (c *cluster) sampleReadiness(ctx context.Context, w *readyWatch, f *readine
 	}
 }
 
+// createReadyPods creates readiness pods with certificates of the lifetime, and waits until each
+// has been seen Ready.
+func (c *cluster) createReadyPods(ctx context.Context, w *readyWatch, names []string, lifetime time.Duration) error {
+	for _, name := range names {
+		if _, err := c.kube.CoreV1().Pods(namespace).Create(ctx, readinessPod(name, lifetime), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	for _, name := range names {
+		if err := poll(ctx, name+" to be Ready", 50*time.Millisecond, 2*time.Minute, func() (bool, error) {
+			_, ok := w.readySince(name, time.Time{})
+			return ok, nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // readinessPod is certPod with the driver's condition as a readiness gate.
 func readinessPod(name string, lifetime time.Duration) *corev1.Pod {
 	pod := certPod(name, lifetime)
@@ -251,18 +258,8 @@ func (c *cluster) storyReadiness(ctx context.Context, pods int) (result, *readin
 			_ = c.deletePod(ctx, name)
 		}
 	}()
-	for _, name := range names {
-		if _, err := c.kube.CoreV1().Pods(namespace).Create(ctx, readinessPod(name, time.Hour), metav1.CreateOptions{}); err != nil {
-			return fail("%v", err)
-		}
-	}
-	for _, name := range names {
-		if err := poll(ctx, name+" to be Ready", 50*time.Millisecond, 2*time.Minute, func() (bool, error) {
-			_, ok := w.readySince(name, time.Time{})
-			return ok, nil
-		}); err != nil {
-			return fail("%v", err)
-		}
+	if err := c.createReadyPods(ctx, w, names, time.Hour); err != nil {
+		return fail("%v", err)
 	}
 	j, err := c.journal()
 	if err != nil {
@@ -287,18 +284,8 @@ func (c *cluster) storyReadiness(ctx context.Context, pods int) (result, *readin
 		}
 	}
 
-	for _, name := range short {
-		if _, err := c.kube.CoreV1().Pods(namespace).Create(ctx, readinessPod(name, 12*time.Second), metav1.CreateOptions{}); err != nil {
-			return fail("%v", err)
-		}
-	}
-	for _, name := range short {
-		if err := poll(ctx, name+" to be Ready", 50*time.Millisecond, 2*time.Minute, func() (bool, error) {
-			_, ok := w.readySince(name, time.Time{})
-			return ok, nil
-		}); err != nil {
-			return fail("%v", err)
-		}
+	if err := c.createReadyPods(ctx, w, short, 12*time.Second); err != nil {
+		return fail("%v", err)
 	}
 	outage := time.Now()
 	endOutage := c.failAll()

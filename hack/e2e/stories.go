@@ -318,24 +318,36 @@ type podIPWatcher struct {
 // apiserver's shutdown).
 func (c *cluster) watchPodIPs(ctx context.Context) (*podIPWatcher, func(), error) {
 	w := &podIPWatcher{at: map[string]time.Time{}}
+	stop, err := c.watchPods(ctx, func(pod *corev1.Pod) {
+		if pod.Status.PodIP == "" {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if _, seen := w.at[pod.Name]; !seen {
+			w.at[pod.Name] = time.Now()
+		}
+	})
+	return w, stop, err
+}
+
+// watchPods calls seen with every pod of the namespace the apiserver reports, added or changed,
+// until the returned function is called (an open watch holds up the apiserver's shutdown).
+func (c *cluster) watchPods(ctx context.Context, seen func(*corev1.Pod)) (stop func(), err error) {
 	watch, err := c.kube.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ev := range watch.ResultChan() {
-			if pod, ok := ev.Object.(*corev1.Pod); ok && pod.Status.PodIP != "" {
-				w.mu.Lock()
-				if _, seen := w.at[pod.Name]; !seen {
-					w.at[pod.Name] = time.Now()
-				}
-				w.mu.Unlock()
+			if pod, ok := ev.Object.(*corev1.Pod); ok {
+				seen(pod)
 			}
 		}
 	}()
-	return w, func() { watch.Stop(); <-done }, nil
+	return func() { watch.Stop(); <-done }, nil
 }
 
 func (w *podIPWatcher) get(pod string) (time.Time, bool) {
