@@ -76,6 +76,8 @@ type Options struct {
 	// GateBackoffConfig default: nil, the manager's default (1 s, factor 2, jitter 0.5, cap 10 s),
 	// so a closed gate in a test does not spin the loop.
 	GateBackoffConfig *wait.Backoff
+	// PodCondition is passed to the manager. Default: nil, no pod condition.
+	PodCondition *manager.PodCondition
 }
 
 // Run starts a manager and a driver on a loopback listener and returns the filled options, a
@@ -136,6 +138,7 @@ func Run(t *testing.T, opts Options) (Options, csi.NodeClient, func()) {
 		ReadyToRequest:       opts.ReadyToRequest,
 		RenewalBackoffConfig: opts.RenewalBackoffConfig,
 		GateBackoffConfig:    opts.GateBackoffConfig,
+		PodCondition:         opts.PodCondition,
 		Metrics:              opts.Metrics,
 	})
 	if err != nil {

@@ -20,8 +20,10 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 	testclock "k8s.io/utils/clock/testing"
 
@@ -791,4 +793,32 @@ func TestPublishReadsMetadataOnceAndAsksTheGateOnce(t *testing.T) {
 	if r, g := store.reads.Load(), gateCalls.Load(); r != 1 || g != 0 {
 		t.Errorf("publish of a volume whose certificate is not due: %d metadata reads and %d gate calls, want 1 and 0", r, g)
 	}
+}
+
+// TestPodConditionThroughTheHarness: a driver's test can turn on the pod condition through the
+// harness; a publish that issues the certificate leaves the pod's condition True.
+func TestPodConditionThroughTheHarness(t *testing.T) {
+	const condType = corev1.PodConditionType("csi.example.com/certificate-ready")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod-vol-1", Namespace: namespace, UID: "uid-vol-1"}}
+	kube := kubefake.NewClientset(pod)
+	store, opts, cl := runWithRealIssuance(t, testdriver.Options{PodCondition: &manager.PodCondition{Type: condType, Client: kube.CoreV1()}})
+	startSigner(t, opts, newCA(t))
+	if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), publishRequest(t, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := store.ReadFiles("vol-1"); len(files["tls.crt"]) == 0 {
+		t.Fatal("no certificate in the volume")
+	}
+	poll(t, "the pod's condition", func() bool {
+		p, err := kube.CoreV1().Pods(namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == condType {
+				return c.Status == corev1.ConditionTrue && c.Reason == manager.PodConditionReasonValid
+			}
+		}
+		return false
+	})
 }
