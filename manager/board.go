@@ -209,14 +209,15 @@ func (b *board) showConditionLocked(v *volume) {
 }
 
 // validityLocked is what the volume contributes to its pod's condition at this instant: a
-// certificate past its NotAfter is expired even before the expiry timer has fired. b.mu is held.
+// certificate within the expiry margin of its NotAfter counts as expired, whether or not a timer
+// has fired yet. b.conditions is set and b.mu is held.
 func (b *board) validityLocked(v *volume) volumeValidity {
 	s, w := v.shown.status, v.shown.watch
 	switch {
 	case s.expired:
 		return PodConditionReasonExpired
 	case s.hasCertificate && w != nil && !w.notAfter.IsZero():
-		if !w.notAfter.After(b.clock.Now()) {
+		if !w.notAfter.Add(-b.conditions.margin).After(b.clock.Now()) {
 			return PodConditionReasonExpired
 		}
 		return ""
@@ -377,6 +378,20 @@ func (b *board) watchCertificate(v *volume, renewAt time.Time) {
 	w.stops = append(w.stops,
 		afterFunc(b.clock, overdueAt.Sub(now), func() { b.certificateOverdue(v, gen, renewAt) }),
 		afterFunc(b.clock, w.notAfter.Sub(now), func() { b.certificateExpired(v, gen) }))
+	if b.conditions != nil {
+		invalidAt := w.notAfter.Add(-b.conditions.margin)
+		w.stops = append(w.stops, afterFunc(b.clock, invalidAt.Sub(now), func() { b.certificateInvalid(v, gen) }))
+	}
+}
+
+// certificateInvalid fires when a certificate enters the pod condition's expiry margin: the
+// volume's pod is shown again.
+func (b *board) certificateInvalid(v *volume, gen uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v.shown.listed && v.shown.watch != nil && v.shown.watch.generation == gen {
+		b.showConditionLocked(v)
+	}
 }
 
 // watchLocked returns the volume's certificate watch, made on first use; nil when the board

@@ -155,7 +155,7 @@ type Options struct {
 	// PodCondition, when set, keeps a condition of the given type on the status of each pod
 	// with volumes managed here: True while each of them holds a certificate that is not past
 	// its NotAfter (see PodCondition). Default (nil): no condition, no pod is read or written.
-	// A Type that is not a qualified name, or a nil Client, is an error.
+	// A Type that is not a qualified name, a nil Client or a negative ExpiryMargin is an error.
 	PodCondition *PodCondition
 }
 
@@ -202,8 +202,8 @@ func (o Options) complete() (Options, error) {
 		{o.RenewalJitter < 0 || o.RenewalJitter >= 1, "RenewalJitter must be at least 0 and less than 1"},
 		{o.MaxConcurrentIssuances < 0, "MaxConcurrentIssuances cannot be less than zero"},
 		{o.IssuanceRateLimit.invalid(), "IssuanceRateLimit must have PerSecond greater than zero and Burst at least 1"},
-		{o.PodCondition != nil && (o.PodCondition.Client == nil || len(content.IsLabelKey(string(o.PodCondition.Type))) > 0),
-			"PodCondition must have a Type that is a qualified name and a Client"},
+		{o.PodCondition != nil && (o.PodCondition.Client == nil || len(content.IsLabelKey(string(o.PodCondition.Type))) > 0 || o.PodCondition.ExpiryMargin < 0),
+			"PodCondition must have a Type that is a qualified name, a Client and an ExpiryMargin not below zero"},
 	} {
 		if check.missing {
 			return o, errors.New(check.text)

@@ -20,7 +20,7 @@ import (
 
 // PodCondition makes the Manager keep a condition on the status of every pod with volumes it
 // manages: True while each of the pod's volumes of this driver holds a certificate that is not
-// past its NotAfter, False otherwise. Listed in a pod's spec.readinessGates, it keeps the pod out
+// past its NotAfter (less ExpiryMargin), False otherwise. Listed in a pod's spec.readinessGates, it keeps the pod out
 // of Service endpoints until its certificates are written, and takes it out again when one
 // expires (during a signer outage, for example). A renewal that keeps a valid certificate
 // changes nothing; a failing renewal of a certificate that is still valid keeps it True.
@@ -42,7 +42,16 @@ type PodCondition struct {
 	Type corev1.PodConditionType
 	// Client reads pods and patches their status, for example a clientset's CoreV1(). Required.
 	Client corev1client.PodsGetter
+	// ExpiryMargin is how long before its NotAfter a certificate stops counting as valid, so
+	// that the pod leaves its Services' endpoints before the certificate expires rather than
+	// just after: the condition's change takes tens of milliseconds to reach kubelet's Ready,
+	// more on a busy node. Default (zero): DefaultPodConditionExpiryMargin. Negative is an
+	// error.
+	ExpiryMargin time.Duration
 }
+
+// DefaultPodConditionExpiryMargin is the default PodCondition.ExpiryMargin.
+const DefaultPodConditionExpiryMargin = 2 * time.Second
 
 // Reasons of the pod condition (PodCondition). The message names the volume.
 const (
@@ -55,7 +64,8 @@ const (
 	PodConditionReasonGatePending = "ReadinessGatePending"
 	// PodConditionReasonFailing (False): a volume has no certificate and its issuance fails.
 	PodConditionReasonFailing = "CertificateIssuanceFailing"
-	// PodConditionReasonExpired (False): a volume's certificate is past its NotAfter.
+	// PodConditionReasonExpired (False): a volume's certificate is past its NotAfter, or within
+	// ExpiryMargin of it.
 	PodConditionReasonExpired = "CertificateExpired"
 )
 
@@ -78,6 +88,7 @@ var badness = map[volumeValidity]int{
 // what each contributes, what each pod is known to carry, and a queue of pods to write.
 type podConditions struct {
 	typ    corev1.PodConditionType
+	margin time.Duration // ExpiryMargin
 	client corev1client.PodsGetter
 	clock  clock.Clock
 	log    logr.Logger
@@ -105,8 +116,13 @@ func newPodConditions(pc *PodCondition, clk clock.Clock, log logr.Logger) *podCo
 		cfg.Clock = c
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	margin := pc.ExpiryMargin
+	if margin == 0 {
+		margin = DefaultPodConditionExpiryMargin
+	}
 	return &podConditions{
 		typ:    pc.Type,
+		margin: margin,
 		client: pc.Client,
 		clock:  clk,
 		log:    log.WithName("pod-condition"),
@@ -206,7 +222,7 @@ func desired(typ corev1.PodConditionType, volumes map[string]volumeValidity) (c 
 		PodConditionReasonNotIssued:   "has no certificate yet",
 		PodConditionReasonGatePending: "has no certificate yet: the driver's readiness gate says not yet",
 		PodConditionReasonFailing:     "has no certificate: issuing it fails",
-		PodConditionReasonExpired:     "holds an expired certificate",
+		PodConditionReasonExpired:     "holds a certificate that has expired or is about to",
 	}
 	return corev1.PodCondition{Type: typ, Status: corev1.ConditionFalse, Reason: string(worst),
 		Message: fmt.Sprintf("Volume %s %s", worstID, messages[worst])}, true

@@ -124,8 +124,21 @@ func TestPodConditionLifecycle(t *testing.T) {
 		t.Fatalf("a failing renewal of a valid certificate wrote the condition (%d patches)", patches)
 	}
 
-	// Expiry (1 h): False, naming the volume.
-	e.clock.SetTime(start.Add(time.Hour))
+	// Expiry (1 h) less the margin (2 s): False, naming the volume; not a millisecond before.
+	invalidAt := start.Add(time.Hour - DefaultPodConditionExpiryMargin)
+	validity := func() volumeValidity {
+		m.board.mu.Lock()
+		defer m.board.mu.Unlock()
+		return m.board.validityLocked(m.registry.get("v1"))
+	}
+	e.clock.SetTime(invalidAt.Add(-time.Millisecond))
+	if v := validity(); v != "" {
+		t.Fatalf("validity %q a millisecond before the margin", v)
+	}
+	e.clock.SetTime(invalidAt)
+	if v := validity(); v != PodConditionReasonExpired {
+		t.Fatalf("validity %q at the margin", v)
+	}
 	c = waitCondition(t, e, kube, "pod-v1", corev1.ConditionFalse, PodConditionReasonExpired)
 	if !strings.Contains(c.Message, "v1") {
 		t.Errorf("message %q does not name the volume", c.Message)
@@ -297,9 +310,10 @@ func TestPodConditionOptionIsValidated(t *testing.T) {
 		"not a name":       {Type: "not a name!", Client: kube.CoreV1()},
 		"no client":        {Type: condType},
 		"too many slashes": {Type: "a/b/c", Client: kube.CoreV1()},
+		"negative margin":  {Type: condType, Client: kube.CoreV1(), ExpiryMargin: -time.Second},
 	} {
 		e := newEnv(t, func(o *Options) { o.PodCondition = pc })
-		if _, err := NewManager(e.opts); err == nil || err.Error() != "PodCondition must have a Type that is a qualified name and a Client" {
+		if _, err := NewManager(e.opts); err == nil || err.Error() != "PodCondition must have a Type that is a qualified name, a Client and an ExpiryMargin not below zero" {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
