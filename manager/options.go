@@ -154,7 +154,7 @@ type Options struct {
 
 	// PodCondition, when set, keeps a condition of the given type on the status of each pod
 	// with volumes managed here: True while each of them holds a certificate that is not past
-	// its NotAfter (see PodCondition). Default (nil): no condition, no pod is read or written.
+	// its NotAfter less PodCondition.ExpiryMargin (see PodCondition). Default (nil): no condition, no pod is read or written.
 	// A Type that is not a qualified name, a nil Client or a negative ExpiryMargin is an error.
 	PodCondition *PodCondition
 }

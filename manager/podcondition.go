@@ -20,9 +20,9 @@ import (
 
 // PodCondition makes the Manager keep a condition on the status of every pod with volumes it
 // manages: True while each of the pod's volumes of this driver holds a certificate that is not
-// past its NotAfter (less ExpiryMargin), False otherwise. Listed in a pod's spec.readinessGates, it keeps the pod out
-// of Service endpoints until its certificates are written, and takes it out again when one
-// expires (during a signer outage, for example). A renewal that keeps a valid certificate
+// past its NotAfter less ExpiryMargin, False otherwise. Listed in a pod's spec.readinessGates,
+// it keeps the pod out of Service endpoints until its certificates are written, and takes it out
+// again before one expires (during a signer outage, for example). A renewal that keeps a valid certificate
 // changes nothing; a failing renewal of a certificate that is still valid keeps it True.
 //
 // The condition is written with a strategic-merge patch of pods/status that touches only this
