@@ -345,3 +345,24 @@ func TestNoPodConditionWithoutTheOption(t *testing.T) {
 		t.Fatalf("%d certificate timers without a listener", w)
 	}
 }
+
+// TestPodConditionDropsAGonePod: a pod deleted before its condition is written is forgotten on
+// the patch's NotFound, not retried.
+func TestPodConditionDropsAGonePod(t *testing.T) {
+	e, kube := condEnv(t, "v1")
+	if err := kube.CoreV1().Pods("ns").Delete(context.Background(), "pod-v1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.register("v1", false)
+	m := e.start()
+	publishAndIssue(t, e, m, "v1")
+	e.poll("the patch of the gone pod", func() bool { _, patches := podCalls(kube); return patches == 1 })
+	e.poll("the gone pod to be forgotten", func() bool {
+		m.board.conditions.mu.Lock()
+		defer m.board.conditions.mu.Unlock()
+		return len(m.board.conditions.pods) == 0
+	})
+	if n := m.board.conditions.queue.NumRequeues("uid-v1"); n != 0 {
+		t.Fatalf("the gone pod was requeued %d times", n)
+	}
+}
