@@ -267,7 +267,9 @@ func TestRestartDuringFirstIssuance(t *testing.T) {
 	}
 	// The survivor is resumed: it renews when due, and that is the only request made.
 	meta, _ := n2.store.ReadMetadata("csi-survivor")
-	poll(t, "the survivor's loop to wait", clk.HasWaiters)
+	// Two timers: the survivor's loop waiting until due, and the end of the grace period of the
+	// doomed volume's kept key (armed first, so HasWaiters alone would not say the loop waits).
+	poll(t, "the survivor's loop to wait", func() bool { return clk.Waiters() == 2 })
 	clk.SetTime(meta.NextIssuanceTime.Add(time.Second))
 	deadline := time.After(5 * time.Second)
 	survivorRenewed := false
