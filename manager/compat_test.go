@@ -22,7 +22,8 @@ import (
 // publishAttempt runs ManageVolumeImmediate as the node server does and returns a function
 // that plays kubelet's deadline: it cancels the call and returns its error (once; later calls
 // return the same error), and a channel that receives the error when the call ends by itself.
-func publishAttempt(m *Manager, id string) (deadline func() error, done <-chan error) {
+// The call ends, at the latest, as the test's clean-up begins, so it never logs after the test.
+func publishAttempt(t *testing.T, m *Manager, id string) (deadline func() error, done <-chan error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan error, 1)
 	result := make(chan error, 1)
@@ -33,10 +34,12 @@ func publishAttempt(m *Manager, id string) (deadline func() error, done <-chan e
 	}()
 	var once sync.Once
 	var err error
-	return func() error {
+	deadline = func() error {
 		once.Do(func() { cancel(); err = <-result })
 		return err
-	}, ch
+	}
+	t.Cleanup(func() { deadline() })
+	return deadline, ch
 }
 
 // waitInformerHas waits until the manager's informer holds the request.
@@ -68,7 +71,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 	m := e.start()
 
 	// Publish #1: creates R and hits its deadline; the node server's clean-up unmanages.
-	deadline, _ := publishAttempt(m, "v1")
+	deadline, _ := publishAttempt(t, m, "v1")
 	r := e.waitForPending()
 	if r.UID == "" || r.CreationTimestamp.IsZero() {
 		t.Fatalf("the fake did not stamp the request like an apiserver: %+v", r.ObjectMeta)
@@ -81,7 +84,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 	e.waitInformerHas(r)
 
 	// Publish #2: resumes R, creates nothing, times out again.
-	deadline, _ = publishAttempt(m, "v1")
+	deadline, _ = publishAttempt(t, m, "v1")
 	e.poll("publish #2 to wait on R", func() bool {
 		return e.m.requests.waiting() == 1
 	})
@@ -127,7 +130,7 @@ func TestLoneDeniedConditionIsResumedAndFails(t *testing.T) {
 	e := newEnv(t, nil)
 	e.register("v1", false)
 	m := e.start()
-	deadline, _ := publishAttempt(m, "v1")
+	deadline, _ := publishAttempt(t, m, "v1")
 	r := e.waitForPending()
 	_ = deadline()
 	m.UnmanageVolume("v1")
@@ -149,7 +152,7 @@ func TestLoneDeniedConditionIsResumedAndFails(t *testing.T) {
 	}
 	m.UnmanageVolume("v1")
 	// Now the key is gone: the next attempt deletes the request and creates a new one.
-	deadline, _ = publishAttempt(m, "v1")
+	deadline, _ = publishAttempt(t, m, "v1")
 	e.poll("a replacement request", func() bool {
 		reqs := e.requests()
 		return len(reqs) == 1 && reqs[0].Name != r.Name
@@ -161,7 +164,7 @@ func TestFailedRequestText(t *testing.T) {
 	e := newEnv(t, nil)
 	e.register("v1", false)
 	m := e.start()
-	deadline, done := publishAttempt(m, "v1")
+	deadline, done := publishAttempt(t, m, "v1")
 	defer deadline()
 	r := e.waitForPending()
 	r.Status.Conditions = []cmapi.CertificateRequestCondition{testkit.Failed("issuer exploded")}
@@ -186,7 +189,7 @@ func TestRequestShapeForAZeroBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := e.start()
-	deadline, _ := publishAttempt(m, "v1")
+	deadline, _ := publishAttempt(t, m, "v1")
 	defer deadline()
 	r := e.waitForPending()
 	if r.Spec.Duration == nil || r.Spec.Duration.Duration != 0 {
@@ -266,7 +269,7 @@ func TestAlreadyDueCertificateWaitsASecond(t *testing.T) {
 			e.register("v1", !tc.publish)
 			m := e.start()
 			if tc.publish {
-				_, done := publishAttempt(m, "v1")
+				_, done := publishAttempt(t, m, "v1")
 				e.issueAlreadyDue()
 				if err := <-done; err != nil {
 					t.Fatalf("publish: %v", err)

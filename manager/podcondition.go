@@ -108,6 +108,9 @@ type podState struct {
 	// has been read or written.
 	carried *corev1.PodCondition
 	known   bool
+	// gone: the apiserver said the pod no longer exists; it is not written again, and is
+	// forgotten with its last volume.
+	gone bool
 }
 
 func newPodConditions(pc *PodCondition, clk clock.Clock, log logr.Logger) *podConditions {
@@ -179,7 +182,9 @@ func (p *podConditions) setVolume(pod *corev1.ObjectReference, volumeID string, 
 		return
 	}
 	s.volumes[volumeID] = validity
-	p.queue.Add(pod.UID)
+	if !s.gone {
+		p.queue.Add(pod.UID)
+	}
 }
 
 // removeVolume forgets a volume; a pod left without volumes is forgotten, and not written.
@@ -233,7 +238,7 @@ func desired(typ corev1.PodConditionType, volumes map[string]volumeValidity) (c 
 func (p *podConditions) sync(uid types.UID) error {
 	p.mu.Lock()
 	s := p.pods[uid]
-	if s == nil {
+	if s == nil || s.gone {
 		p.mu.Unlock()
 		return nil
 	}
@@ -255,7 +260,7 @@ func (p *podConditions) sync(uid types.UID) error {
 	if !known {
 		pod, err := p.client.Pods(namespace).Get(p.ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || err == nil && pod.UID != uid {
-			p.forget(uid)
+			p.markGone(uid)
 			return nil
 		}
 		if err != nil {
@@ -282,7 +287,7 @@ func (p *podConditions) sync(uid types.UID) error {
 	_, err = p.client.Pods(namespace).Patch(p.ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	switch {
 	case apierrors.IsNotFound(err):
-		p.forget(uid)
+		p.markGone(uid)
 		return nil
 	case err != nil:
 		p.learnUnknown(uid)
@@ -293,10 +298,13 @@ func (p *podConditions) sync(uid types.UID) error {
 	return nil
 }
 
-func (p *podConditions) forget(uid types.UID) {
+// markGone records that the pod no longer exists.
+func (p *podConditions) markGone(uid types.UID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.pods, uid)
+	if s := p.pods[uid]; s != nil {
+		s.gone = true
+	}
 }
 
 func (p *podConditions) learn(uid types.UID, carried *corev1.PodCondition) {

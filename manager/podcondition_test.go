@@ -70,7 +70,7 @@ func podCalls(kube *kubefake.Clientset) (gets, patches int) {
 // publishAndIssue makes a publish's attempt for the volume and signs its request.
 func publishAndIssue(t *testing.T, e *env, m *Manager, id string) {
 	t.Helper()
-	_, done := publishAttempt(m, id)
+	_, done := publishAttempt(t, m, id)
 	e.issuePending()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestPodConditionLifecycle(t *testing.T) {
 	e, kube := condEnv(t, "v1")
 	e.register("v1", false)
 	m := e.start()
-	_, done := publishAttempt(m, "v1")
+	_, done := publishAttempt(t, m, "v1")
 	e.waitForPending()
 	if _, patches := podCalls(kube); patches != 0 {
 		t.Fatalf("%d patches before the certificate", patches)
@@ -166,8 +166,8 @@ func TestPodConditionTwoVolumes(t *testing.T) {
 		}
 	}
 	m := e.start()
-	_, doneA := publishAttempt(m, "a")
-	_, doneB := publishAttempt(m, "b")
+	_, doneA := publishAttempt(t, m, "a")
+	_, doneB := publishAttempt(t, m, "b")
 	e.poll("both requests", func() bool { return len(e.requests()) == 2 })
 	e.issuePending()
 	// One volume has its certificate, the other not yet: nothing written.
@@ -346,8 +346,9 @@ func TestNoPodConditionWithoutTheOption(t *testing.T) {
 	}
 }
 
-// TestPodConditionDropsAGonePod: a pod deleted before its condition is written is forgotten on
-// the patch's NotFound, not retried.
+// TestPodConditionDropsAGonePod: a pod deleted before its condition is written is given up on
+// the patch's NotFound: not retried, not written again when its volume's state is shown again,
+// and forgotten with its volume.
 func TestPodConditionDropsAGonePod(t *testing.T) {
 	e, kube := condEnv(t, "v1")
 	if err := kube.CoreV1().Pods("ns").Delete(context.Background(), "pod-v1", metav1.DeleteOptions{}); err != nil {
@@ -356,13 +357,28 @@ func TestPodConditionDropsAGonePod(t *testing.T) {
 	e.register("v1", false)
 	m := e.start()
 	publishAndIssue(t, e, m, "v1")
-	e.poll("the patch of the gone pod", func() bool { _, patches := podCalls(kube); return patches == 1 })
-	e.poll("the gone pod to be forgotten", func() bool {
+	gone := func() bool {
 		m.board.conditions.mu.Lock()
 		defer m.board.conditions.mu.Unlock()
-		return len(m.board.conditions.pods) == 0
-	})
+		s := m.board.conditions.pods["uid-v1"]
+		return s != nil && s.gone
+	}
+	e.poll("the pod to be known gone", gone)
+	// The volume's state is shown again (a failed renewal at its due time): nothing is written.
+	e.failKeygen.Store(true)
+	e.clock.SetTime(start.Add(50 * time.Minute))
+	e.poll("a failed renewal", func() bool { return e.counter(issueErrors, "v1") >= 1 })
+	if _, patches := podCalls(kube); patches != 1 {
+		t.Fatalf("%d patches for a gone pod, want the one that found it gone", patches)
+	}
 	if n := m.board.conditions.queue.NumRequeues("uid-v1"); n != 0 {
 		t.Fatalf("the gone pod was requeued %d times", n)
+	}
+	m.UnmanageVolume("v1")
+	m.board.conditions.mu.Lock()
+	left := len(m.board.conditions.pods)
+	m.board.conditions.mu.Unlock()
+	if left != 0 {
+		t.Fatal("the gone pod outlived its volume")
 	}
 }

@@ -142,7 +142,7 @@ func crashDuringFirstIssuance(t *testing.T, e *env) (*cmapi.CertificateRequest, 
 	testkit.StampLikeAPIServer(e.client, e.clock.Now)
 	e.register("v1", false)
 	a := e.start()
-	publishAttempt(a, "v1")
+	publishAttempt(t, a, "v1")
 	pending := e.waitForPending()
 	e.waitInformerHas(pending)
 	a.Stop()
@@ -169,7 +169,7 @@ func TestPublishRetryAfterRestartResumesSweptVolume(t *testing.T) {
 	}
 
 	e.register("v1", false)
-	_, done := publishAttempt(b, "v1")
+	_, done := publishAttempt(t, b, "v1")
 	issued := e.issuePending()
 	select {
 	case err := <-done:
