@@ -264,7 +264,7 @@ func (p *podConditions) sync(uid types.UID) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("reading pod: %w", err)
+			return fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
 		}
 		carried = findCondition(pod.Status.Conditions, p.typ)
 		p.learn(uid, carried)
@@ -291,7 +291,7 @@ func (p *podConditions) sync(uid types.UID) error {
 		return nil
 	case err != nil:
 		p.learnUnknown(uid)
-		return fmt.Errorf("patching pod status: %w", err)
+		return fmt.Errorf("patching the status of pod %s/%s: %w", namespace, name, err)
 	}
 	p.learn(uid, &want)
 	log.V(2).Info("Pod condition written", "type", p.typ, "status", want.Status, "reason", want.Reason)
