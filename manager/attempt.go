@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/go-logr/logr"
 
-	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -195,7 +193,7 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, name
 		}
 		return err
 	}
-	nit, err := nextIssuanceTime(req.Status.Certificate, v.id, m.opts.RenewalJitter)
+	nit, window, err := renewalSchedule(req.Status.Certificate, v.id, m.opts.RenewalJitter)
 	if err != nil {
 		m.keys.drop(reqKey)
 		return fmt.Errorf("CertificateRequest %s/%s: %w", namespace, name, err)
@@ -219,7 +217,7 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, name
 	}
 	m.keys.drop(reqKey)
 	now := m.opts.Clock.Now()
-	v.lastWrite.Store(&keypairWrite{at: now, due: nit})
+	v.lastWrite.Store(&keypairWrite{at: now, handed: nit, window: window})
 	if !nit.After(now) {
 		v.logger().Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
 			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)
@@ -294,26 +292,4 @@ func drainRequeue(v *volume) {
 	case <-v.requeue:
 	default:
 	}
-}
-
-// nextIssuanceTime is the default next issuance time of a volume's new certificate: the
-// renewal point R (certs.RenewalPoint), moved earlier by a deterministic draw from
-// [0, jitter·(R − NotBefore)] when jitter is set. The draw depends only on the volume ID and the
-// certificate's serial number.
-func nextIssuanceTime(chain []byte, volumeID string, jitter float64) (time.Time, error) {
-	cert, err := certs.ParseLeaf(chain)
-	if err != nil {
-		return time.Time{}, err
-	}
-	r := certs.RenewalPoint(cert)
-	if jitter <= 0 {
-		return r, nil
-	}
-	h := fnv.New64a()
-	h.Write([]byte(volumeID))
-	h.Write([]byte{0})
-	h.Write(cert.SerialNumber.Bytes())
-	fraction := float64(h.Sum64()>>11) / (1 << 53) // uniform in [0, 1)
-	window := time.Duration(jitter * float64(r.Sub(cert.NotBefore)))
-	return r.Add(-time.Duration(fraction * float64(window))), nil
 }

@@ -40,7 +40,7 @@ func TestRenewalJitterWindow(t *testing.T) {
 		chain := signedChain(t, ca, start, life)
 		id := fmt.Sprintf("vol-%d", i)
 		r, _ := defaultNextIssuanceTime(chain)
-		got, err := nextIssuanceTime(chain, id, f)
+		got, _, err := renewalSchedule(chain, id, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,10 +50,10 @@ func TestRenewalJitterWindow(t *testing.T) {
 		}
 		earlier := r.Sub(got)
 		lowest, highest = min(lowest, earlier), max(highest, earlier)
-		if again, _ := nextIssuanceTime(chain, id, f); !again.Equal(got) {
+		if again, _, _ := renewalSchedule(chain, id, f); !again.Equal(got) {
 			t.Fatalf("the draw for one volume and certificate changed: %v then %v", got, again)
 		}
-		if off, _ := nextIssuanceTime(chain, id, 0); !off.Equal(r) {
+		if off, _, _ := renewalSchedule(chain, id, 0); !off.Equal(r) {
 			t.Fatalf("jitter 0 gave %v, want upstream's %v", off, r)
 		}
 	}
@@ -75,7 +75,7 @@ func TestRenewalJitterEndToEnd(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	want, _ := nextIssuanceTime(issued.Status.Certificate, "v1", 0.5)
+	want, _, _ := renewalSchedule(issued.Status.Certificate, "v1", 0.5)
 	upstream, _ := defaultNextIssuanceTime(issued.Status.Certificate)
 	stored, _ := e.store.ReadMetadata("v1")
 	if stored.NextIssuanceTime == nil || !stored.NextIssuanceTime.Equal(want) || !want.Before(upstream) {

@@ -16,10 +16,6 @@ import (
 const (
 	// issueTimeout bounds one background issuance attempt, on the injected clock.
 	issueTimeout = 60 * time.Second
-
-	// minWaitAfterSuccess is the least a loop waits after a success, even when the new
-	// certificate is already due (signer or clock skew), so that it never becomes a hot loop.
-	minWaitAfterSuccess = time.Second
 )
 
 // loop is the renewal loop of one volume (see the package documentation): it waits until the
@@ -69,9 +65,7 @@ func (l *loop) run(known *metadata.Metadata) {
 		if hasCertificate(meta) {
 			m.board.watchCertificate(v, *meta.NextIssuanceTime)
 		}
-		now := m.opts.Clock.Now()
-		last := v.lastWrite.Load()
-		if wait := max(untilDue(meta, last, now), untilSuccessFloor(last, now)); wait > 0 {
+		if wait := untilDue(meta, v.lastWrite.Load(), m.opts.Clock.Now()); wait > 0 {
 			if !l.sleep(wait, waitUntilDue) {
 				return
 			}
@@ -103,31 +97,6 @@ func (l *loop) run(known *metadata.Metadata) {
 			return
 		}
 	}
-}
-
-// untilDue is how long until a volume with this metadata is due at now: zero or less means due.
-// Due means NextIssuanceTime is nil, zero, or not after now. A WriteKeypair that persisted no
-// future time leaves the default of the last success (last, if any) in force.
-func untilDue(meta metadata.Metadata, last *keypairWrite, now time.Time) time.Duration {
-	if hasCertificate(meta) && meta.NextIssuanceTime.After(now) {
-		return meta.NextIssuanceTime.Sub(now)
-	}
-	if last != nil && last.due.After(now) {
-		return last.due.Sub(now)
-	}
-	return 0
-}
-
-// untilSuccessFloor is how long until a volume may be attempted again after its last success:
-// minWaitAfterSuccess after the key pair was written, whichever attempt wrote it (the publish's
-// or the loop's). It holds even when the new certificate is already due (signer or clock skew),
-// so that such a certificate never turns the loop into a hot loop, and a Requeue does not cut it
-// short.
-func untilSuccessFloor(last *keypairWrite, now time.Time) time.Duration {
-	if last == nil {
-		return 0
-	}
-	return last.at.Add(minWaitAfterSuccess).Sub(now)
 }
 
 // waitKind says what a loop is waiting for, which decides what may end the wait early.

@@ -60,16 +60,6 @@ func (v *volume) logger() logr.Logger {
 	return v.log.WithValues("volume_id", v.id)
 }
 
-// keypairWrite records a successful issuance of a volume.
-type keypairWrite struct {
-	// at is when the key pair was written, on the injected clock: the loop attempts the
-	// volume again no sooner than minWaitAfterSuccess after it.
-	at time.Time
-	// due is the certificate's default next issuance time, used when WriteKeypair did not
-	// persist a future NextIssuanceTime.
-	due time.Time
-}
-
 // volumeContext is a context that ends when cancel is called, and for no other reason: no
 // parent, deadline or values. A volume is idle most of its life, so it costs one channel and no
 // more: the contexts derived from it register through its AfterFunc (which the context package

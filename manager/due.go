@@ -1,0 +1,102 @@
+package manager
+
+import (
+	"hash/fnv"
+	"time"
+
+	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+// minWaitAfterSuccess is the least a loop waits after a success, even when the new certificate
+// is already due (signer or clock skew), so that it never becomes a hot loop.
+const minWaitAfterSuccess = time.Second
+
+// keypairWrite records a successful issuance of a volume in this registration.
+type keypairWrite struct {
+	// at is when the key pair was written, on the injected clock.
+	at time.Time
+	// handed is the NextIssuanceTime handed to WriteKeypair: the certificate's default renewal
+	// point, moved into its jitter window.
+	handed time.Time
+	// window is the certificate's jitter window.
+	window renewalWindow
+}
+
+// untilDue is how long until a volume with this metadata is due for an attempt at now (zero or
+// less: due now), given its last success in this registration (nil: none). This is the one
+// place that decides it:
+//   - a NextIssuanceTime that is set and not zero is the driver's renewal point, whether it is
+//     earlier or later than the library's default: the volume is due then (with RenewalJitter,
+//     at the certificate's draw within the window before it);
+//   - nil or zero after a success means the driver persisted none: the default handed to its
+//     WriteKeypair applies;
+//   - nil or zero with no success in this registration means no certificate: due now;
+//   - and never sooner than minWaitAfterSuccess after a success, whichever attempt wrote it, so
+//     that a certificate that is already due never turns the loop into a hot loop.
+func untilDue(meta metadata.Metadata, last *keypairWrite, now time.Time) time.Duration {
+	var due time.Time
+	switch {
+	case hasCertificate(meta) && last != nil:
+		due = last.renewalAt(*meta.NextIssuanceTime)
+	case hasCertificate(meta):
+		due = *meta.NextIssuanceTime
+	case last != nil:
+		due = last.handed
+	default:
+		return 0
+	}
+	wait := due.Sub(now)
+	if last != nil {
+		wait = max(wait, last.at.Add(minWaitAfterSuccess).Sub(now))
+	}
+	return wait
+}
+
+// renewalAt is when the volume is due given the renewal point p that the driver persisted: p
+// itself if it is what WriteKeypair was handed (already in the window), else the certificate's
+// draw in the window before p.
+func (w *keypairWrite) renewalAt(p time.Time) time.Time {
+	if p.Equal(w.handed) {
+		return p
+	}
+	return w.window.before(p)
+}
+
+// renewalWindow is a certificate's jitter window (Options.RenewalJitter): a renewal point p
+// moves earlier by fraction·jitter·(p − NotBefore).
+type renewalWindow struct {
+	notBefore time.Time
+	jitter    float64 // Options.RenewalJitter; zero: no window
+	fraction  float64 // the certificate's draw, in [0, 1)
+}
+
+// before is the draw's place in the window before p; p itself without jitter, or when p is not
+// after NotBefore.
+func (w renewalWindow) before(p time.Time) time.Time {
+	if w.jitter <= 0 || !p.After(w.notBefore) {
+		return p
+	}
+	window := time.Duration(w.jitter * float64(p.Sub(w.notBefore)))
+	return p.Add(-time.Duration(w.fraction * float64(window)))
+}
+
+// renewalSchedule returns a new certificate's default next issuance time, the renewal point R
+// (certs.RenewalPoint) placed in its window, and the window. The draw depends only on the volume
+// ID and the certificate's serial number, so a restart computes the same.
+func renewalSchedule(chain []byte, volumeID string, jitter float64) (time.Time, renewalWindow, error) {
+	cert, err := certs.ParseLeaf(chain)
+	if err != nil {
+		return time.Time{}, renewalWindow{}, err
+	}
+	w := renewalWindow{notBefore: cert.NotBefore}
+	if jitter > 0 {
+		h := fnv.New64a()
+		h.Write([]byte(volumeID))
+		h.Write([]byte{0})
+		h.Write(cert.SerialNumber.Bytes())
+		w.jitter = jitter
+		w.fraction = float64(h.Sum64()>>11) / (1 << 53) // uniform in [0, 1)
+	}
+	return w.before(certs.RenewalPoint(cert)), w, nil
+}
