@@ -112,7 +112,7 @@ func signOneByOne(e *env, p *inFlightProbe, total, limit int) {
 // startWithOnlyPlaceHeld starts a manager with MaxConcurrentIssuances 1 whose place is held by
 // volume "first", waiting for its signature.
 func startWithOnlyPlaceHeld(t *testing.T) *env {
-	e := newEnv(t, func(o *Options) { o.MaxConcurrentIssuances = 1 })
+	e := newEnv(t, withExtendedMetrics(func(o *Options) { o.MaxConcurrentIssuances = 1 }))
 	e.start()
 	e.register("first", false)
 	e.m.ManageVolume("first")
@@ -133,7 +133,7 @@ func ids(prefix string, n int) []string {
 // certificate, the waits are counted, and none of them is an error.
 func TestAdmissionCapNeverExceeded(t *testing.T) {
 	vols := ids("cap", 12)
-	e := newEnv(t, func(o *Options) { o.MaxConcurrentIssuances = 3 })
+	e := newEnv(t, withExtendedMetrics(func(o *Options) { o.MaxConcurrentIssuances = 3 }))
 	p := newInFlightProbe(e, vols...)
 	e.start()
 	for _, id := range vols {
@@ -160,7 +160,7 @@ func TestAdmissionCapNeverExceeded(t *testing.T) {
 // and unmanaging a waiting volume gives its place to the next one at once.
 func TestAdmissionFirstComeFirstServed(t *testing.T) {
 	vols := ids("fifo", 6)
-	e := newEnv(t, func(o *Options) { o.MaxConcurrentIssuances = 1 })
+	e := newEnv(t, withExtendedMetrics(func(o *Options) { o.MaxConcurrentIssuances = 1 }))
 	p := newInFlightProbe(e, vols...)
 	e.start()
 	for i, id := range vols {
@@ -191,10 +191,10 @@ func TestAdmissionFirstComeFirstServed(t *testing.T) {
 // millisecond earlier, the fourth a second after that.
 func TestAdmissionTokensRefillOnStep(t *testing.T) {
 	vols := ids("rate", 4)
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, withExtendedMetrics(func(o *Options) {
 		o.MaxConcurrentIssuances = UnlimitedConcurrentIssuances
 		o.IssuanceRateLimit = &RateLimit{PerSecond: 1, Burst: 2}
-	})
+	}))
 	p := newInFlightProbe(e, vols...)
 	e.start()
 	for _, id := range vols {
@@ -276,7 +276,7 @@ func TestAdmissionPublishDeadlineWhileWaiting(t *testing.T) {
 // while it waits for admission, however long the wait; it starts in full once the attempt is
 // admitted, and ends the attempt 60 s later. The place is held by a publish, whose attempt has no deadline on the fake clock.
 func TestAdmissionWaitPausesAttemptDeadline(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.MaxConcurrentIssuances = 1 })
+	e := newEnv(t, withExtendedMetrics(func(o *Options) { o.MaxConcurrentIssuances = 1 }))
 	e.start()
 	e.register("holder", false)
 	held := make(chan error, 1)
@@ -307,10 +307,10 @@ func TestAdmissionWaitPausesAttemptDeadline(t *testing.T) {
 
 // TestAdmissionStopEndsWaits: Stop returns at once with attempts waiting for admission.
 func TestAdmissionStopEndsWaits(t *testing.T) {
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, withExtendedMetrics(func(o *Options) {
 		o.MaxConcurrentIssuances = 1
 		o.IssuanceRateLimit = &RateLimit{PerSecond: 0.001, Burst: 1}
-	})
+	}))
 	e.start()
 	for _, id := range ids("stop", 4) {
 		e.register(id, false)
@@ -334,7 +334,7 @@ func TestAdmissionStopEndsWaits(t *testing.T) {
 // renews them through the admission limit, not all at once.
 func TestAdmissionPastDueAfterRestart(t *testing.T) {
 	vols := ids("due", 6)
-	e := newEnv(t, func(o *Options) { o.MaxConcurrentIssuances = 2 })
+	e := newEnv(t, withExtendedMetrics(func(o *Options) { o.MaxConcurrentIssuances = 2 }))
 	p := newInFlightProbe(e, vols...)
 	past := start.Add(-time.Hour)
 	for _, id := range vols {
@@ -358,7 +358,7 @@ func TestAdmissionPastDueAfterRestart(t *testing.T) {
 // TestAdmissionResumeNeverWaits: a resume of an already pending request is not held back by a
 // full admission: it is before the readiness gate.
 func TestAdmissionResumeNeverWaits(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.MaxConcurrentIssuances = 1 })
+	e := newEnv(t, withExtendedMetrics(func(o *Options) { o.MaxConcurrentIssuances = 1 }))
 	e.start()
 	e.register("pending", false)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -408,7 +408,7 @@ func TestAdmissionResumeNeverWaits(t *testing.T) {
 
 // TestAdmissionOptions: defaults and validation.
 func TestAdmissionOptions(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnv(t, withExtendedMetrics(nil))
 	o, err := e.opts.complete()
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -399,10 +400,10 @@ func TestStopDoesNotWaitForDriverFunctions(t *testing.T) {
 // TestGatePollEndsALongGateWait: a driver that never calls Requeue still starts issuing within
 // GatePollInterval of its gate opening, however long the gate backoff's step.
 func TestGatePollEndsALongGateWait(t *testing.T) {
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, withExtendedMetrics(func(o *Options) {
 		o.GatePollInterval = time.Second
 		o.GateBackoffConfig = noJitter(8*time.Second, 10*time.Second)
-	})
+	}))
 	e.gateOpen.Store(false)
 	e.register("v1", true)
 	e.start()
@@ -484,5 +485,71 @@ func TestNotDueVolumeIsNotPolled(t *testing.T) {
 	e.stepNotYet(time.Hour)
 	if n := e.gateCalls.Load(); n != 0 {
 		t.Fatalf("a volume that is not due asked its gate %d times", n)
+	}
+}
+
+// upstreamFamilies are the metric families upstream csi-lib registers.
+var upstreamFamilies = map[string]bool{
+	"certmanager_csi_issue_requests_total":                             true,
+	"certmanager_csi_issue_errors_total":                               true,
+	"certmanager_csi_managed_certificate_request_count":                true,
+	"certmanager_csi_managed_volume_count":                             true,
+	"certmanager_csi_certificate_request_ready_status":                 true,
+	"certmanager_csi_certificate_request_expiration_timestamp_seconds": true,
+	"certmanager_csi_certificate_request_renewal_timestamp_seconds":    true,
+}
+
+// TestFamiliesUpstreamLacksNeedTheSwitch: a manager that meets everything the families upstream
+// lacks record (a closed gate, an attempt waiting for admission, first certificates, states)
+// prints only upstream's families, unless EnableExtendedMetrics was called; with it, all five.
+func TestFamiliesUpstreamLacksNeedTheSwitch(t *testing.T) {
+	for _, extended := range []bool{false, true} {
+		t.Run(fmt.Sprint("extended ", extended), func(t *testing.T) {
+			e := newEnv(t, func(o *Options) {
+				o.MaxConcurrentIssuances = 1
+				if extended {
+					o.Metrics.EnableExtendedMetrics()
+				}
+			})
+			e.start()
+			e.gateOpen.Store(false)
+			e.register("closed", false)
+			if _, err := e.m.ManageVolumeImmediate(context.Background(), "closed"); !errors.Is(err, ErrNotReadyToRequest) {
+				t.Fatalf("closed gate: %v", err)
+			}
+			e.gateOpen.Store(true)
+			for _, id := range []string{"first", "second"} {
+				e.register(id, false)
+				e.m.ManageVolume(id)
+			}
+			// One attempt holds the only place while its request waits; the other waits for it.
+			e.waitForPending()
+			e.poll("the second attempt to wait for admission", func() bool {
+				e.m.admission.mu.Lock()
+				defer e.m.admission.mu.Unlock()
+				return e.m.admission.queue.Len() == 1
+			})
+			e.issuePending()
+			e.issuePending()
+			e.poll("both key pairs", func() bool {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				return len(e.written["first"]) == 1 && len(e.written["second"]) == 1
+			})
+
+			families, err := e.registry.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var extra []string
+			for _, f := range families {
+				if !upstreamFamilies[f.GetName()] {
+					extra = append(extra, f.GetName())
+				}
+			}
+			if want := map[bool]int{false: 0, true: 5}[extended]; len(extra) != want {
+				t.Fatalf("families upstream lacks: %v, want %d of them", extra, want)
+			}
+		})
 	}
 }

@@ -341,3 +341,15 @@ func (m *Manager) loopStarted(id string) bool {
 	v := m.registry.byID[id]
 	return v != nil && v.loopStarted
 }
+
+// withExtendedMetrics turns on the metric families upstream lacks (gate-pending, admission,
+// publish-to-first-certificate, the state gauge), for the tests that read them, then applies
+// configure.
+func withExtendedMetrics(configure func(*Options)) func(*Options) {
+	return func(o *Options) {
+		o.Metrics.EnableExtendedMetrics()
+		if configure != nil {
+			configure(o)
+		}
+	}
+}

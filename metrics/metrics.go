@@ -2,13 +2,14 @@
 // manager, and a collector that describes the node's CertificateRequests and volumes on every
 // scrape.
 //
-// The upstream families keep their names, help text and labels, so existing dashboards work.
-// The fork adds four label vectors, certmanager_csi_issue_gate_pending_total,
+// New registers exactly upstream csi-lib's families, with their names, help texts and labels, so
+// /metrics is upstream's text for the same events and existing dashboards and tests (which
+// compare the whole output) keep working. The families upstream lacks are registered and
+// recorded only after EnableExtendedMetrics: certmanager_csi_issue_gate_pending_total,
 // certmanager_csi_publish_to_first_certificate_seconds,
-// certmanager_csi_issuance_admission_waiting and certmanager_csi_issuance_admission_waits_total;
-// like every vector they print nothing until observed, so a driver that never reaches the new
-// code paths scrapes as before (the admission pair appears with the first attempt that waits for
-// admission).
+// certmanager_csi_issuance_admission_waiting, certmanager_csi_issuance_admission_waits_total and
+// the state gauge certmanager_csi_volumes (which EnableVolumeStateGauge turns on alone).
+//
 // Per-volume series are deleted by DeleteVolumeSeries when a volume is gone for good (the node
 // server calls it through the manager after a successful NodeUnpublishVolume); a failed publish
 // keeps them, because kubelet retries the same volume. A volume whose pod was deleted before any
@@ -21,6 +22,7 @@ package metrics
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -42,14 +44,19 @@ type Metrics struct {
 	log      logr.Logger
 	registry *prometheus.Registry
 
-	issueCallCountTotal       *prometheus.CounterVec
-	issueErrorCountTotal      *prometheus.CounterVec
+	issueCallCountTotal  *prometheus.CounterVec
+	issueErrorCountTotal *prometheus.CounterVec
+
+	// The families upstream lacks: registered, and recorded, only once extended is set by
+	// EnableExtendedMetrics.
+	extendedOnce              sync.Once
+	extended                  atomic.Bool
 	gatePendingCountTotal     *prometheus.CounterVec
 	publishToFirstCertificate *prometheus.HistogramVec
 	admissionWaiting          *prometheus.GaugeVec
 	admissionWaitsTotal       *prometheus.CounterVec
 
-	// volumeStates is registered only by EnableVolumeStateGauge.
+	// volumeStates is registered only by EnableVolumeStateGauge (or EnableExtendedMetrics).
 	volumeStatesOnce sync.Once
 	volumeStates     *prometheus.GaugeVec
 }
@@ -110,19 +117,44 @@ func New(nodeId string, logger *logr.Logger, registry *prometheus.Registry, meta
 	registry.MustRegister(
 		m.issueCallCountTotal,
 		m.issueErrorCountTotal,
-		m.gatePendingCountTotal,
-		m.publishToFirstCertificate,
-		m.admissionWaiting,
-		m.admissionWaitsTotal,
 		NewCertificateRequestCollector(util.HashIdentifier(nodeId), metadataReader, certificateRequestLister),
 	)
 	return m
 }
 
-// EnableVolumeStateGauge registers certmanager_csi_volumes{node, state}: the number of managed
-// volumes in each of VolumeStates (one series per state, so cardinality is bounded whatever the
-// number of volumes). It is opt-in, so a driver that does not call it scrapes exactly the
-// families it scraped before. Calling it more than once is harmless.
+// EnableExtendedMetrics registers the families upstream csi-lib does not have, and from then on
+// records them:
+//   - certmanager_csi_issue_gate_pending_total{node, volume}: attempts that found the volume
+//     not yet ready to request (the driver's ReadyToRequest said no); not counted as errors;
+//   - certmanager_csi_publish_to_first_certificate_seconds{node}: a histogram of the time from
+//     a volume's publish (its registration) to its first certificate being written;
+//   - certmanager_csi_issuance_admission_waiting{node}: attempts now waiting for admission
+//     (MaxConcurrentIssuances or IssuanceRateLimit);
+//   - certmanager_csi_issuance_admission_waits_total{node}: attempts that had to wait for it;
+//   - certmanager_csi_volumes{node, state}: the managed volumes in each of VolumeStates.
+//
+// Without it (the default) /metrics is exactly upstream's text for the same events. Call it
+// before the manager starts; calling it again is harmless.
+func (m *Metrics) EnableExtendedMetrics() {
+	if m == nil {
+		return
+	}
+	m.extendedOnce.Do(func() {
+		m.registry.MustRegister(m.gatePendingCountTotal, m.publishToFirstCertificate, m.admissionWaiting, m.admissionWaitsTotal)
+		m.extended.Store(true)
+	})
+	m.EnableVolumeStateGauge()
+}
+
+// ExtendedMetricsEnabled reports whether EnableExtendedMetrics was called.
+func (m *Metrics) ExtendedMetricsEnabled() bool {
+	return m != nil && m.extended.Load()
+}
+
+// EnableVolumeStateGauge registers certmanager_csi_volumes{node, state} alone: the number of
+// managed volumes in each of VolumeStates (one series per state, so cardinality is bounded
+// whatever the number of volumes). EnableExtendedMetrics turns it on with the other families
+// upstream lacks. Calling it more than once is harmless.
 func (m *Metrics) EnableVolumeStateGauge() {
 	if m == nil {
 		return
@@ -192,30 +224,30 @@ func (m *Metrics) IncrementIssueErrorCountTotal(nodeNameHash, volumeID string) {
 }
 
 // IncrementGatePendingCountTotal counts one attempt that found the volume not yet ready to
-// request.
+// request (only with EnableExtendedMetrics, as the three below).
 func (m *Metrics) IncrementGatePendingCountTotal(nodeNameHash, volumeID string) {
-	if m != nil {
+	if m.ExtendedMetricsEnabled() {
 		m.gatePendingCountTotal.WithLabelValues(nodeNameHash, volumeID).Inc()
 	}
 }
 
 // ObservePublishToFirstCertificate records how long a volume waited for its first certificate.
 func (m *Metrics) ObservePublishToFirstCertificate(nodeNameHash string, d time.Duration) {
-	if m != nil {
+	if m.ExtendedMetricsEnabled() {
 		m.publishToFirstCertificate.WithLabelValues(nodeNameHash).Observe(d.Seconds())
 	}
 }
 
 // SetAdmissionWaiting sets the number of issuance attempts waiting for admission.
 func (m *Metrics) SetAdmissionWaiting(nodeNameHash string, n int) {
-	if m != nil {
+	if m.ExtendedMetricsEnabled() {
 		m.admissionWaiting.WithLabelValues(nodeNameHash).Set(float64(n))
 	}
 }
 
 // IncrementAdmissionWaits counts one issuance attempt that had to wait for admission.
 func (m *Metrics) IncrementAdmissionWaits(nodeNameHash string) {
-	if m != nil {
+	if m.ExtendedMetricsEnabled() {
 		m.admissionWaitsTotal.WithLabelValues(nodeNameHash).Inc()
 	}
 }

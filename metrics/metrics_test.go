@@ -36,7 +36,19 @@ func setup(t *testing.T) (*Metrics, *prometheus.Registry, *storage.MemoryFS, cac
 	return New("test-node", &log, reg, store, cmlisters.NewCertificateRequestLister(indexer)), reg, store, indexer
 }
 
-func TestNewFamiliesAppearOnlyOnceObserved(t *testing.T) {
+// recordExtended records once in every family upstream lacks but the state gauge.
+func recordExtended(m *Metrics) {
+	m.IncrementGatePendingCountTotal("f56fd9f8b", "v1")
+	m.ObservePublishToFirstCertificate("f56fd9f8b", time.Second)
+	m.SetAdmissionWaiting("f56fd9f8b", 1)
+	m.IncrementAdmissionWaits("f56fd9f8b")
+}
+
+// TestExtendedFamiliesOnlyWithTheSwitch: New registers upstream's families alone, so what the
+// manager records in the others before EnableExtendedMetrics is neither printed nor kept; after
+// it, each family prints once observed (the gauge at once), and DeleteVolumeSeries deletes the
+// per-volume ones.
+func TestExtendedFamiliesOnlyWithTheSwitch(t *testing.T) {
 	m, reg, _, _ := setup(t)
 	count := func(name string) int {
 		n, err := testutil.GatherAndCount(reg, name)
@@ -45,16 +57,54 @@ func TestNewFamiliesAppearOnlyOnceObserved(t *testing.T) {
 		}
 		return n
 	}
-	for _, name := range []string{"certmanager_csi_issue_gate_pending_total", "certmanager_csi_publish_to_first_certificate_seconds", "certmanager_csi_issue_errors_total"} {
+	extended := []string{"certmanager_csi_issue_gate_pending_total", "certmanager_csi_publish_to_first_certificate_seconds",
+		"certmanager_csi_issuance_admission_waiting", "certmanager_csi_issuance_admission_waits_total", "certmanager_csi_volumes"}
+	recordExtended(m)
+	m.SetVolumeStates("f56fd9f8b", map[string]int{"issued": 1})
+	for _, name := range extended {
 		if n := count(name); n != 0 {
-			t.Fatalf("%s has %d series before any observation", name, n)
+			t.Fatalf("%s has %d series without EnableExtendedMetrics", name, n)
 		}
+	}
+	if m.ExtendedMetricsEnabled() || m.VolumeStateGaugeEnabled() {
+		t.Fatal("enabled before EnableExtendedMetrics")
+	}
+	m.EnableExtendedMetrics()
+	m.EnableExtendedMetrics() // harmless
+	for _, name := range extended {
+		if n := count(name); name != "certmanager_csi_volumes" && n != 0 {
+			t.Fatalf("%s kept %d series recorded before the switch", name, n)
+		}
+	}
+	recordExtended(m)
+	m.SetVolumeStates("f56fd9f8b", map[string]int{"issued": 1})
+	for _, name := range extended {
+		if n := count(name); n == 0 {
+			t.Fatalf("%s has no series after EnableExtendedMetrics", name)
+		}
+	}
+	m.DeleteVolumeSeries("f56fd9f8b", "v1")
+	if n := count("certmanager_csi_issue_gate_pending_total"); n != 0 {
+		t.Fatalf("gate pending kept %d series after DeleteVolumeSeries", n)
+	}
+}
+
+// TestUpstreamCountersAndTheirDeletion: the two counters upstream has print once observed, and
+// DeleteVolumeSeries deletes a volume's series.
+func TestUpstreamCountersAndTheirDeletion(t *testing.T) {
+	m, reg, _, _ := setup(t)
+	count := func(name string) int {
+		n, err := testutil.GatherAndCount(reg, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count("certmanager_csi_issue_errors_total"); n != 0 {
+		t.Fatalf("issue_errors_total has %d series before any observation", n)
 	}
 	m.IncrementIssueCallCountTotal("f56fd9f8b", "v1")
 	m.IncrementIssueErrorCountTotal("f56fd9f8b", "v1")
-	m.IncrementGatePendingCountTotal("f56fd9f8b", "v1")
-	m.IncrementGatePendingCountTotal("f56fd9f8b", "v1")
-	m.ObservePublishToFirstCertificate("f56fd9f8b", 1500*time.Millisecond)
 	want := `
 # HELP certmanager_csi_issue_errors_total The number of errors encountered during the driver issue() calls.
 # TYPE certmanager_csi_issue_errors_total counter
@@ -66,14 +116,8 @@ certmanager_csi_issue_requests_total{node="f56fd9f8b",volume="v1"} 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "certmanager_csi_issue_errors_total", "certmanager_csi_issue_requests_total"); err != nil {
 		t.Fatal(err)
 	}
-	if n := count("certmanager_csi_issue_gate_pending_total"); n != 1 {
-		t.Fatalf("gate pending series = %d", n)
-	}
-	if n := count("certmanager_csi_publish_to_first_certificate_seconds"); n != 1 {
-		t.Fatalf("histogram series = %d", n)
-	}
 	m.DeleteVolumeSeries("f56fd9f8b", "v1")
-	for _, name := range []string{"certmanager_csi_issue_gate_pending_total", "certmanager_csi_issue_errors_total", "certmanager_csi_issue_requests_total"} {
+	for _, name := range []string{"certmanager_csi_issue_errors_total", "certmanager_csi_issue_requests_total"} {
 		if n := count(name); n != 0 {
 			t.Fatalf("%s kept %d series after DeleteVolumeSeries", name, n)
 		}
@@ -283,6 +327,7 @@ func (r missingReader) ListVolumes() ([]string, error) {
 // then exactly these series; DeleteVolumeSeries leaves them (they are per node).
 func TestAdmissionFamilies(t *testing.T) {
 	m, reg, _, _ := setup(t)
+	m.EnableExtendedMetrics()
 	names := []string{"certmanager_csi_issuance_admission_waiting", "certmanager_csi_issuance_admission_waits_total"}
 	for _, name := range names {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 0 {

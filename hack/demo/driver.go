@@ -103,7 +103,7 @@ func startDriver(cfg driverConfig) (*exampleDriver, error) {
 	crLister := crFactory.Certmanager().V1().CertificateRequests().Lister()
 	mlog := cfg.log.WithName("metrics")
 	met := metrics.New(cfg.nodeID, &mlog, ed.registry, store, crLister)
-	met.EnableVolumeStateGauge()
+	met.EnableExtendedMetrics()
 	ed.metrics = met
 
 	// Events on the pods, through client-go's recorder (the driver's RBAC must allow creating

@@ -225,6 +225,7 @@ func (fl *fleet) start(clk clock.Clock, admission manager.Options) error {
 			defer wg.Done()
 			log := logr.Discard()
 			n.metrics = metrics.New(n.id, &log, prometheus.NewRegistry(), n.store, nil)
+			n.metrics.EnableExtendedMetrics()
 			m, err := manager.NewManager(manager.Options{
 				Client:                 n.client,
 				MetadataReader:         n.store,

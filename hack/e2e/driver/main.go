@@ -152,6 +152,7 @@ func run(log logr.Logger, j *journal, b managerFlags, metricsAddr, name, nodeID,
 	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: name})
 
 	met := metrics.New(nodeID, &log, prometheus.NewRegistry(), fs, nil)
+	met.EnableExtendedMetrics()
 	if metricsAddr != "" {
 		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", metricsAddr)
 		if err != nil {
