@@ -198,7 +198,9 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, name
 		m.keys.drop(reqKey)
 		return fmt.Errorf("CertificateRequest %s/%s: %w", namespace, name, err)
 	}
-	firstCertificate := !hasCertificate(meta)
+	// A driver that persists no NextIssuanceTime keeps none in its metadata: its renewals are
+	// not first certificates either.
+	firstCertificate := !hasCertificate(meta) && v.lastWrite.Load() == nil
 	meta.NextIssuanceTime = &nit
 
 	v.fence.Lock()

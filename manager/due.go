@@ -24,26 +24,13 @@ type keypairWrite struct {
 }
 
 // untilDue is how long until a volume with this metadata is due for an attempt at now (zero or
-// less: due now), given its last success in this registration (nil: none). This is the one
-// place that decides it:
-//   - a NextIssuanceTime that is set and not zero is the driver's renewal point, whether it is
-//     earlier or later than the library's default: the volume is due then (with RenewalJitter,
-//     at the certificate's draw within the window before it);
-//   - nil or zero after a success means the driver persisted none: the default handed to its
-//     WriteKeypair applies;
-//   - nil or zero with no success in this registration means no certificate: due now;
-//   - and never sooner than minWaitAfterSuccess after a success, whichever attempt wrote it, so
-//     that a certificate that is already due never turns the loop into a hot loop.
+// less: due now), given its last success in this registration (nil: none): until its renewal
+// point (see renewalPoint), and never sooner than minWaitAfterSuccess after a success,
+// whichever attempt wrote it, so that a certificate that is already due never turns the loop
+// into a hot loop. This is the one place that decides it.
 func untilDue(meta metadata.Metadata, last *keypairWrite, now time.Time) time.Duration {
-	var due time.Time
-	switch {
-	case hasCertificate(meta) && last != nil:
-		due = last.renewalAt(*meta.NextIssuanceTime)
-	case hasCertificate(meta):
-		due = *meta.NextIssuanceTime
-	case last != nil:
-		due = last.handed
-	default:
+	due, ok := renewalPoint(meta, last)
+	if !ok {
 		return 0
 	}
 	wait := due.Sub(now)
@@ -51,6 +38,26 @@ func untilDue(meta metadata.Metadata, last *keypairWrite, now time.Time) time.Du
 		wait = max(wait, last.at.Add(minWaitAfterSuccess).Sub(now))
 	}
 	return wait
+}
+
+// renewalPoint is when the volume's certificate is due for renewal; false if it has none:
+//   - a NextIssuanceTime that is set and not zero is the driver's renewal point, whether it is
+//     earlier or later than the library's default (with RenewalJitter, the certificate's draw
+//     in the window before it);
+//   - nil or zero after a success means the driver persisted none: the default handed to its
+//     WriteKeypair applies;
+//   - nil or zero with no success in this registration means no certificate.
+func renewalPoint(meta metadata.Metadata, last *keypairWrite) (time.Time, bool) {
+	switch {
+	case hasCertificate(meta) && last != nil:
+		return last.renewalAt(*meta.NextIssuanceTime), true
+	case hasCertificate(meta):
+		return *meta.NextIssuanceTime, true
+	case last != nil:
+		return last.handed, true
+	default:
+		return time.Time{}, false
+	}
 }
 
 // renewalAt is when the volume is due given the renewal point p that the driver persisted: p

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"crypto"
 	"strings"
 	"sync"
 	"testing"
@@ -302,4 +303,54 @@ func TestRestartedManagerWatchesTheCertificate(t *testing.T) {
 	e.failKeygen.Store(true)
 	e.clock.SetTime(t0.Add(time.Hour))
 	nextEvent(t, rec, EventReasonCertificateExpired)
+}
+
+// TestDriverThatPersistsNoTime: a driver whose WriteKeypair writes its files but no metadata
+// (the library's default renewal point applies) still has its certificate watched for overdue
+// and expiry, and its renewal is a renewal: a CertificateRenewed event, and no second
+// observation of the time to a first certificate.
+func TestDriverThatPersistsNoTime(t *testing.T) {
+	rec := &refRecorder{FakeRecorder: record.NewFakeRecorder(1000)}
+	var e *env
+	e = newEnv(t, withExtendedMetrics(func(o *Options) {
+		o.EventRecorder = rec
+		o.WriteKeypair = func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
+			return e.store.WriteFiles(meta, map[string][]byte{"tls.crt": chain, "ca.crt": ca})
+		}
+	}))
+	e.register("v1", false)
+	m := e.start()
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	nextEvent(t, rec, EventReasonCertificateIssued)
+	t0 := e.clock.Now()
+	e.poll("the overdue and expiry timers", func() bool { return m.board.armedTimers(m.registry.get("v1")) == 2 })
+	if stored, _ := e.store.ReadMetadata("v1"); stored.NextIssuanceTime != nil {
+		t.Fatalf("the driver persisted %v; the test needs none", stored.NextIssuanceTime)
+	}
+
+	e.poll("the loop to wait until due", func() bool { return e.clock.Waiters() == 3 })
+	e.clock.SetTime(t0.Add(40 * time.Minute)) // the default renewal point of a 1 h certificate
+	e.issuePending()
+	renewed := nextEvent(t, rec, EventReasonCertificateRenewed)
+	if n := count(drain(rec), EventReasonCertificateIssued); n != 0 {
+		t.Fatalf("a renewal recorded %d CertificateIssued events besides %q", n, renewed)
+	}
+	histogram := func() uint64 {
+		families, _ := e.registry.Gather()
+		for _, f := range families {
+			if f.GetName() == "certmanager_csi_publish_to_first_certificate_seconds" {
+				return f.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		return 0
+	}
+	e.poll("the renewal's timers", func() bool { return m.board.armedTimers(m.registry.get("v1")) == 2 })
+	if n := histogram(); n != 1 {
+		t.Fatalf("publish_to_first_certificate_seconds has %d observations after a renewal, want 1", n)
+	}
 }

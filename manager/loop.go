@@ -62,10 +62,11 @@ func (l *loop) run(known *metadata.Metadata) {
 			}
 			continue
 		}
-		if hasCertificate(meta) {
-			m.board.watchCertificate(v, *meta.NextIssuanceTime)
+		last := v.lastWrite.Load()
+		if renewAt, ok := renewalPoint(meta, last); ok {
+			m.board.watchCertificate(v, renewAt)
 		}
-		if wait := untilDue(meta, v.lastWrite.Load(), m.opts.Clock.Now()); wait > 0 {
+		if wait := untilDue(meta, last, m.opts.Clock.Now()); wait > 0 {
 			if !l.sleep(wait, waitUntilDue) {
 				return
 			}
