@@ -186,20 +186,22 @@ func (m *loopModel) wake(o loopObserver, firstBackground bool) {
 			m.succeeded(o, w)
 			continue
 		case scriptGatePending:
-			d := backoffStep(m.gateBase, m.gateCap, m.gateSteps)
-			m.gateSteps++
 			m.renewalSteps = 0
-			o.wait(d, true)
-			m.waiting, m.wakeAt = waitGatePending, m.now.Add(d)
+			m.backOff(o, waitGatePending, m.gateBase, m.gateCap, &m.gateSteps)
 		case scriptFailure:
-			d := backoffStep(m.renewalBase, m.renewalCap, m.renewalSteps)
-			m.renewalSteps++
 			m.gateSteps = 0
-			o.wait(d, true)
-			m.waiting, m.wakeAt = waitAfterError, m.now.Add(d)
+			m.backOff(o, waitAfterError, m.renewalBase, m.renewalCap, &m.renewalSteps)
 		}
 		return
 	}
+}
+
+// backOff waits out the next step of a backoff (base, doubling to cap; steps taken so far).
+func (m *loopModel) backOff(o loopObserver, kind waitKind, base, cap time.Duration, steps *int) {
+	d := backoffStep(base, cap, *steps)
+	*steps++
+	o.wait(d, true)
+	m.waiting, m.wakeAt = kind, m.now.Add(d)
 }
 
 // succeeded records a success at now: the default WriteKeypair must have been handed, what the

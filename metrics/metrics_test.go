@@ -36,6 +36,16 @@ func setup(t *testing.T) (*Metrics, *prometheus.Registry, *storage.MemoryFS, cac
 	return New("test-node", &log, reg, store, cmlisters.NewCertificateRequestLister(indexer)), reg, store, indexer
 }
 
+// seriesCount is the number of series of the family name on reg.
+func seriesCount(t *testing.T, reg *prometheus.Registry, name string) int {
+	t.Helper()
+	n, err := testutil.GatherAndCount(reg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // recordExtended records once in every family upstream lacks but the state gauge.
 func recordExtended(m *Metrics) {
 	m.IncrementGatePendingCountTotal("f56fd9f8b", "v1")
@@ -50,13 +60,7 @@ func recordExtended(m *Metrics) {
 // per-volume ones.
 func TestExtendedFamiliesOnlyWithTheSwitch(t *testing.T) {
 	m, reg, _, _ := setup(t)
-	count := func(name string) int {
-		n, err := testutil.GatherAndCount(reg, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func(name string) int { return seriesCount(t, reg, name) }
 	extended := []string{"certmanager_csi_issue_gate_pending_total", "certmanager_csi_publish_to_first_certificate_seconds",
 		"certmanager_csi_issuance_admission_waiting", "certmanager_csi_issuance_admission_waits_total", "certmanager_csi_volumes"}
 	recordExtended(m)
@@ -93,13 +97,7 @@ func TestExtendedFamiliesOnlyWithTheSwitch(t *testing.T) {
 // DeleteVolumeSeries deletes a volume's series.
 func TestUpstreamCountersAndTheirDeletion(t *testing.T) {
 	m, reg, _, _ := setup(t)
-	count := func(name string) int {
-		n, err := testutil.GatherAndCount(reg, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func(name string) int { return seriesCount(t, reg, name) }
 	if n := count("certmanager_csi_issue_errors_total"); n != 0 {
 		t.Fatalf("issue_errors_total has %d series before any observation", n)
 	}
