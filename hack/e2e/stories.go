@@ -15,10 +15,12 @@ import (
 	"syscall"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
@@ -151,10 +153,20 @@ func (c *cluster) requestsOf(ctx context.Context, pod string) (int, error) {
 	return n, nil
 }
 
-func (c *cluster) createPod(ctx context.Context, name string, lifetime time.Duration) error {
-	_, err := c.kube.CoreV1().Pods(namespace).Create(ctx, certPod(name, lifetime), metav1.CreateOptions{})
+// createPod creates a pod whose certificates live for lifetime; with renewBefore > 0 the driver
+// persists NotAfter less renewBefore as the renewal point (a volume attribute, as
+// csi.cert-manager.io/renew-before).
+func (c *cluster) createPod(ctx context.Context, name string, lifetime, renewBefore time.Duration) error {
+	pod := certPod(name, lifetime)
+	if renewBefore > 0 {
+		pod.Spec.Volumes[0].CSI.VolumeAttributes[renewBeforeAttribute] = renewBefore.String()
+	}
+	_, err := c.kube.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
 	return err
 }
+
+// renewBeforeAttribute is the e2e driver's renew-before volume attribute.
+const renewBeforeAttribute = "csi.e2e.csi-lib.example/renew-before"
 
 // storiesWithLivePods tells stories 1, 3, 5, 6 and 7 on two pods: one with a long-lived
 // certificate, one renewed every ten seconds or so.
@@ -167,12 +179,20 @@ func (c *cluster) storiesWithLivePods(ctx context.Context) []result {
 	s7 := result{story: "7 events on the pod"}
 	all := func() []result { return []result{s1, s3, s5, s6, s7} }
 
-	start := time.Now()
-	if err := c.createPod(ctx, longLived, time.Hour); err != nil {
+	created, stopWatch, err := c.watchRequestCreations(ctx)
+	if err != nil {
 		s1.detail = err.Error()
 		return all()
 	}
-	if err := c.createPod(ctx, renewing, 15*time.Second); err != nil {
+	defer stopWatch()
+	start := time.Now()
+	if err := c.createPod(ctx, longLived, time.Hour, 0); err != nil {
+		s1.detail = err.Error()
+		return all()
+	}
+	// 15 s certificates renewed 9 s before NotAfter: 6 s into their life, where the library's
+	// default would be 10 s.
+	if err := c.createPod(ctx, renewing, 15*time.Second, 9*time.Second); err != nil {
 		s3.detail = err.Error()
 		return all()
 	}
@@ -208,16 +228,25 @@ func (c *cluster) storiesWithLivePods(ctx context.Context) []result {
 		s7.detail += "; " + err.Error()
 	}
 
-	// 3: the renewing pod's container sees its serial change, never a mismatched set.
-	_, serials, bad, err := c.waitSerials(ctx, renewing, "a renewal seen in the container", 2, time.Minute)
+	// 3: the renewing pod's container sees its serial change, never a mismatched set, and each
+	// renewal's request is created at the renewal point the driver persisted.
+	_, serials, bad, err := c.waitSerials(ctx, renewing, "renewals seen in the container", 6, time.Minute)
+	var late []time.Duration
+	if err == nil && bad == "" {
+		late, err = c.renewalLateness(renewing, created)
+	}
 	switch {
 	case err != nil:
 		s3.detail = err.Error()
 	case bad != "":
 		s3.detail = bad
+	case len(late) < 2 || slices.Min(late) < 0 || slices.Max(late) > time.Second:
+		s3.detail = fmt.Sprintf("renewal request created - persisted renewal point: %v (want at least 2 renewals, none before the point, none a second after it)", late)
 	default:
 		s3.ok = true
-		s3.detail = fmt.Sprintf("serials seen in the container: %d, never a key that does not match its chain (15 s certificates)", len(serials))
+		s3.detail = fmt.Sprintf("serials seen in the container: %d, never a key that does not match its chain (15 s certificates, renew-before 9 s); "+
+			"renewal request created - persisted renewal point: %v / %v (p50 / max, %d renewals)", len(serials), percentile(late, 50), percentile(late, 100), len(late))
+		fmt.Printf("story 3: renewal request created - persisted renewal point (p50 / max): %v / %v (%d renewals)\n", percentile(late, 50), percentile(late, 100), len(late))
 	}
 
 	// 5: restart the driver; the long-lived pod keeps its certificate with no new request, and
@@ -278,10 +307,83 @@ func (c *cluster) storiesWithLivePods(ctx context.Context) []result {
 
 // journalEntry is a line of the driver's journal.
 type journalEntry struct {
-	Time   time.Time `json:"time"`
-	Event  string    `json:"event"`
-	Volume string    `json:"volume"`
-	Pod    string    `json:"pod"`
+	Time   time.Time  `json:"time"`
+	Event  string     `json:"event"`
+	Volume string     `json:"volume"`
+	Pod    string     `json:"pod"`
+	Next   *time.Time `json:"next,omitempty"` // the NextIssuanceTime written with a key pair
+}
+
+// requestCreations records when the apiserver reports each CertificateRequest of the namespace
+// added, by owner pod, in order.
+type requestCreations struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+// watchRequestCreations starts recording; the returned function stops it.
+func (c *cluster) watchRequestCreations(ctx context.Context) (*requestCreations, func(), error) {
+	w, err := c.cm.CertmanagerV1().CertificateRequests(namespace).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &requestCreations{at: map[string][]time.Time{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			req, ok := ev.Object.(*cmapi.CertificateRequest)
+			if !ok || ev.Type != watch.Added {
+				continue
+			}
+			now := time.Now()
+			r.mu.Lock()
+			for _, o := range req.OwnerReferences {
+				r.at[o.Name] = append(r.at[o.Name], now)
+			}
+			r.mu.Unlock()
+		}
+	}()
+	return r, func() { w.Stop(); <-done }, nil
+}
+
+// renewalLateness pairs each renewal point the driver persisted for the pod (its journal) with
+// the first of the pod's requests created after the previous point, and returns how long after
+// the point each was created (negative: before it). A point with no request after it yet is
+// left out.
+func (c *cluster) renewalLateness(pod string, created *requestCreations) ([]time.Duration, error) {
+	f, err := os.Open(c.journalPath())
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var points []time.Time
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var e journalEntry
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Pod == pod && e.Event == "written" && e.Next != nil {
+			points = append(points, *e.Next)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	created.mu.Lock()
+	defer created.mu.Unlock()
+	var late []time.Duration
+	for i, p := range points {
+		after := time.Time{}
+		if i > 0 {
+			after = points[i-1]
+		}
+		for _, t := range created.at[pod] {
+			if t.After(after) && t.After(p.Add(-5*time.Second)) {
+				late = append(late, t.Sub(p))
+				break
+			}
+		}
+	}
+	return late, nil
 }
 
 // journal reads the driver's journal: the first time of each event, by pod.
@@ -412,7 +514,7 @@ func (c *cluster) gateVariant(ctx context.Context, prefix string, pods int) (*ga
 		name := fmt.Sprintf("%s-%02d", prefix, i)
 		names = append(names, name)
 		created[name] = time.Now()
-		if err := c.createPod(ctx, name, time.Hour); err != nil {
+		if err := c.createPod(ctx, name, time.Hour, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -510,7 +612,7 @@ func (c *cluster) killVariant(ctx context.Context, story, pod string, deletePod,
 	r.story = story
 	release := c.hold(pod)
 	defer release()
-	if err := c.createPod(ctx, pod, time.Hour); err != nil {
+	if err := c.createPod(ctx, pod, time.Hour, 0); err != nil {
 		r.detail = err.Error()
 		return r
 	}

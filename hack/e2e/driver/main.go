@@ -43,6 +43,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/driver"
 	"github.com/cert-manager/csi-lib/internal/podgate"
+	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
@@ -184,9 +185,9 @@ func run(log logr.Logger, j *journal, b managerFlags, metricsAddr, name, nodeID,
 			}, nil
 		},
 		SignRequest: testkit.SignCSR,
-		WriteKeypair: testkit.KeypairWriter(fs, func(meta metadata.Metadata, _ crypto.PrivateKey, _ []byte) {
+		WriteKeypair: withRenewBefore(testkit.KeypairWriter(fs, func(meta metadata.Metadata, _ crypto.PrivateKey, _ []byte) {
 			j.record("written", meta)
-		}),
+		})),
 		ReadyToRequest: gate,
 		EventRecorder:  recorder,
 		Metrics:        met,
@@ -273,6 +274,26 @@ func serveRegistration(log logr.Logger, registry, name, csiSocket string) (*grpc
 	return srv, nil
 }
 
+// RenewBeforeAttribute is the volume attribute with which a pod asks for its renewal this long
+// before its certificate's NotAfter, as cert-manager csi-driver's csi.cert-manager.io/renew-before.
+const RenewBeforeAttribute = "csi.e2e.csi-lib.example/renew-before"
+
+// withRenewBefore makes write persist the driver's own renewal point, NotAfter less the volume's
+// renew-before, as drivers do; without the attribute the library's default stays.
+func withRenewBefore(write manager.WriteKeypairFunc) manager.WriteKeypairFunc {
+	return func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
+		if rb, err := time.ParseDuration(meta.VolumeContext[RenewBeforeAttribute]); err == nil && rb > 0 {
+			leaf, err := certs.ParseLeaf(chain)
+			if err != nil {
+				return err
+			}
+			next := leaf.NotAfter.Add(-rb)
+			meta.NextIssuanceTime = &next
+		}
+		return write(meta, key, chain, ca)
+	}
+}
+
 // journalStore is the driver's Filesystem, recording every publish (a publish registers the
 // volume's metadata first) in the journal.
 type journalStore struct {
@@ -297,6 +318,8 @@ type journalEntry struct {
 	Event  string    `json:"event"`
 	Volume string    `json:"volume"`
 	Pod    string    `json:"pod"`
+	// Next is the NextIssuanceTime written with a key pair.
+	Next *time.Time `json:"next,omitempty"`
 }
 
 func openJournal(path string) (*journal, error) {
@@ -311,7 +334,7 @@ func (j *journal) record(event string, meta metadata.Metadata) {
 	if j.f == nil {
 		return
 	}
-	line, _ := json.Marshal(journalEntry{Time: time.Now(), Event: event, Volume: meta.VolumeID, Pod: meta.VolumeContext[metadata.PodNameVolumeContextKey]})
+	line, _ := json.Marshal(journalEntry{Time: time.Now(), Event: event, Volume: meta.VolumeID, Pod: meta.VolumeContext[metadata.PodNameVolumeContextKey], Next: meta.NextIssuanceTime})
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	_, _ = j.f.Write(append(line, '\n'))
