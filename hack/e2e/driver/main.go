@@ -42,8 +42,8 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/cert-manager/csi-lib/driver"
-	"github.com/cert-manager/csi-lib/internal/podgate"
 	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/internal/podgate"
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
