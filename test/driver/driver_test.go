@@ -784,6 +784,9 @@ func TestPublishReadsMetadataOnceAndAsksTheGateOnce(t *testing.T) {
 	if r, g := readsAtWrite.Load(), gateCallsAtWrite.Load(); r != 1 || g != 1 {
 		t.Errorf("before the key pair was written: %d metadata reads and %d gate calls, want 1 and 1", r, g)
 	}
+	// The loop starts after the publish's attempt and reads the metadata once before it waits
+	// until due: let that read happen before counting the second publish's.
+	poll(t, "the loop's first read of the metadata", func() bool { return store.reads.Load() >= 2 })
 
 	store.reads.Store(0)
 	gateCalls.Store(0)
