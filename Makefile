@@ -5,8 +5,9 @@ ENVTEST_K8S_VERSION ?= 1.36.3
 export GOTOOLCHAIN = local
 
 ENVTEST_ASSETS = $(CURDIR)/bin/envtest/$(ENVTEST_K8S_VERSION)
+CM_CONTROLLERS = $(CURDIR)/bin/cm-controllers/$(shell $(GO) list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)/cm-controllers
 
-.PHONY: test vet fmt-check unit stress envtest integration bench demo demo-short node e2e e2e-or-skip
+.PHONY: test vet fmt-check unit stress envtest cm-controllers integration bench demo demo-short node e2e e2e-or-skip
 
 ## test: everything the project checks (what CI runs).
 test: vet fmt-check unit stress integration e2e-or-skip demo-short
@@ -30,9 +31,15 @@ stress:
 envtest:
 	@KUBE_VERSION=$(ENVTEST_K8S_VERSION) bash hack/envtest-binaries.sh >/dev/null
 
-## integration: the envtest suite against a real kube-apiserver and etcd.
-integration: envtest
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -tags integration -race -count=1 -v ./test/integration/ 2>&1 \
+## cm-controllers: build cert-manager's own signing controllers (approver, CA issuer, Issuer and
+## ClusterIssuer readiness) from the Go module proxy into bin/ (cached).
+cm-controllers:
+	@bash hack/cm-controllers.sh >/dev/null
+
+## integration: the envtest suite against a real kube-apiserver and etcd, and cert-manager's
+## own controllers.
+integration: envtest cm-controllers
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) $(GO) test -tags integration -race -count=1 -v ./test/integration/ 2>&1 \
 		| grep -E '^(=== RUN|--- |PASS|FAIL|ok|envtest:)|_test.go:[0-9]+:' ; exit $${PIPESTATUS[0]}
 
 ## node: what the real node needs: containerd, runc and the CNI plugins from Debian (when

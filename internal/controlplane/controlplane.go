@@ -1,5 +1,6 @@
 // Package controlplane starts a kube-apiserver and etcd (envtest) with cert-manager's
-// CertificateRequest CRD installed, for the integration tests, the demo and the fleet benchmark.
+// CertificateRequest, Issuer and ClusterIssuer CRDs installed, for the integration tests, the
+// demo and the fleet benchmark.
 // It is a package of its own so that what drivers import in their tests (test/driver,
 // test/util, through internal/testkit) never compiles envtest or controller-runtime.
 package controlplane
@@ -16,22 +17,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// CertificateRequestCRD returns the path of cert-manager's CertificateRequest CRD in the
-// cert-manager module this module requires (deploy/crds in the module cache), for envtest.
-func CertificateRequestCRD() (string, error) {
+// CRDs returns the paths of cert-manager's CertificateRequest, Issuer and ClusterIssuer CRDs in
+// the cert-manager module this module requires (deploy/crds in the module cache), for envtest.
+func CRDs() ([]string, error) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
 	if err != nil {
-		return "", fmt.Errorf("locating the cert-manager module: %w", err)
+		return nil, fmt.Errorf("locating the cert-manager module: %w", err)
 	}
-	path := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds", "cert-manager.io_certificaterequests.yaml")
-	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("cert-manager CRD: %w", err)
+	var paths []string
+	for _, kind := range []string{"certificaterequests", "issuers", "clusterissuers"} {
+		path := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds", "cert-manager.io_"+kind+".yaml")
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("cert-manager CRD: %w", err)
+		}
+		paths = append(paths, path)
 	}
-	return path, nil
+	return paths, nil
 }
 
 // StartControlPlane starts kube-apiserver and etcd (envtest, binaries from KUBEBUILDER_ASSETS)
-// with cert-manager's CertificateRequest CRD installed, and returns an admin configuration and
+// with cert-manager's CRDs installed (see CRDs), and returns an admin configuration and
 // the function that stops them.
 func StartControlPlane() (cfg *rest.Config, stop func() error, err error) {
 	cp, err := Start(Options{})
@@ -58,14 +63,14 @@ type ControlPlane struct {
 }
 
 // Start starts kube-apiserver and etcd (envtest, binaries from KUBEBUILDER_ASSETS), on
-// loopback only, with cert-manager's CertificateRequest CRD installed.
+// loopback only, with cert-manager's CRDs installed (see CRDs).
 func Start(opts Options) (*ControlPlane, error) {
-	crd, err := CertificateRequestCRD()
+	crds, err := CRDs()
 	if err != nil {
 		return nil, err
 	}
 	env := &envtest.Environment{
-		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: []string{crd}, ErrorIfPathMissing: true},
+		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
 		ControlPlaneStartTimeout: time.Minute,
 	}
 	args := env.ControlPlane.GetAPIServer().Configure()

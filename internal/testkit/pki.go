@@ -54,6 +54,10 @@ func NewCA(commonName string) (*CA, error) {
 	return &CA{Cert: cert, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key: key}, nil
 }
 
+// PrivateKeyPEM is the CA's private key in PEM, as the tls.key of a cert-manager CA Issuer's
+// secret.
+func (ca *CA) PrivateKeyPEM() ([]byte, error) { return KeyPEM(ca.key) }
+
 // Sign issues a certificate for a PEM CSR, valid from notBefore for duration, and returns it
 // as PEM.
 func (ca *CA) Sign(csrPEM []byte, notBefore time.Time, duration time.Duration) ([]byte, error) {

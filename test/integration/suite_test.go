@@ -1,15 +1,18 @@
 //go:build integration
 
 // Package integration runs the library against a real kube-apiserver and etcd (envtest) with
-// cert-manager's CertificateRequest CRD installed.
+// cert-manager's CertificateRequest, Issuer and ClusterIssuer CRDs installed, and, in the tests
+// of certmanager_test.go, against cert-manager's own signing controllers.
 //
 // The control plane is started once for the package in TestMain. Its binaries come from
 // KUBEBUILDER_ASSETS, which `make integration` (and `make test`) points at bin/envtest/<version>,
-// built from the Go module proxy by hack/envtest-binaries.sh. Without KUBEBUILDER_ASSETS the
-// package fails rather than skips.
+// built from the Go module proxy by hack/envtest-binaries.sh; the controllers' binary comes from
+// CM_CONTROLLERS, which they point at bin/cm-controllers/<version>/cm-controllers, built by
+// hack/cm-controllers.sh. Without either the package fails rather than skips.
 //
 // Package variables, valid during the tests:
 //   - restConfig: an admin client configuration for the apiserver;
+//   - kubeconfigPath: the same as a kubeconfig file;
 //   - kube: a Kubernetes clientset on restConfig;
 //   - cm: a cert-manager clientset on restConfig.
 package integration
@@ -17,6 +20,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,9 +32,10 @@ import (
 )
 
 var (
-	restConfig *rest.Config
-	kube       kubernetes.Interface
-	cm         cmclient.Interface
+	restConfig     *rest.Config
+	kubeconfigPath string
+	kube           kubernetes.Interface
+	cm             cmclient.Interface
 )
 
 func TestMain(m *testing.M) {
@@ -38,23 +43,36 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run these tests with `make integration`")
-		return 1
+	for _, env := range []string{"KUBEBUILDER_ASSETS", "CM_CONTROLLERS"} {
+		if os.Getenv(env) == "" {
+			fmt.Fprintln(os.Stderr, env, "is not set: run these tests with `make integration`")
+			return 1
+		}
 	}
 	start := time.Now()
-	cfg, stop, err := controlplane.StartControlPlane()
+	cp, err := controlplane.Start(controlplane.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	restConfig = cfg
-	fmt.Printf("envtest: kube-apiserver and etcd started with the CertificateRequest CRD in %s\n", time.Since(start).Round(time.Millisecond))
+	restConfig = cp.Config
+	fmt.Printf("envtest: kube-apiserver and etcd started with cert-manager's CRDs in %s\n", time.Since(start).Round(time.Millisecond))
 	defer func() {
-		if err := stop(); err != nil {
+		if err := cp.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
 		}
 	}()
+	dir, err := os.MkdirTemp("", "csi-lib-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	kubeconfigPath = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, cp.KubeConfig, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	kube = kubernetes.NewForConfigOrDie(restConfig)
 	cm = cmclient.NewForConfigOrDie(restConfig)
 	return m.Run()

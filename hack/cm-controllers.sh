@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds cert-manager's own signing controllers (hack/cm-controllers: the approver, the CA issuer,
+# Issuer and ClusterIssuer readiness) from the Go module proxy into bin/cm-controllers/<version>/,
+# at the cert-manager version the library's go.mod requires. The module is built in a copy under
+# bin/, so its dependencies never enter the library's module graph or the work tree. Cached by
+# version: a second run finds the binary and returns at once.
+#
+# Prints the binary's path on the last line of stdout; progress goes to stderr.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+VERSION="$(go list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)"
+OUT="${ROOT}/bin/cm-controllers/${VERSION}"
+if [[ -x "${OUT}/cm-controllers" ]]; then
+  echo "cert-manager controllers: cached in bin/cm-controllers/${VERSION}" >&2
+  echo "${OUT}/cm-controllers"
+  exit 0
+fi
+
+start=$(date +%s)
+echo "cert-manager controllers: building ${VERSION} from the module proxy (several minutes the first time)" >&2
+work="${ROOT}/bin/cm-controllers/build-${VERSION}"
+rm -rf "${work}"
+mkdir -p "${work}" "${OUT}"
+cp hack/cm-controllers/main.go "${work}/"
+sed "s#github.com/cert-manager/cert-manager v[^ ]*#github.com/cert-manager/cert-manager ${VERSION}#" hack/cm-controllers/go.mod >"${work}/go.mod"
+(
+  cd "${work}"
+  export GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off
+  go build -trimpath -o "${OUT}/cm-controllers.tmp" .
+)
+mv "${OUT}/cm-controllers.tmp" "${OUT}/cm-controllers"
+rm -rf "${work}"
+echo "cert-manager controllers: built in $(( $(date +%s) - start ))s" >&2
+echo "${OUT}/cm-controllers"
