@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"context"
 	"crypto"
 	"strings"
 	"sync"
@@ -104,12 +103,7 @@ func TestEventsThroughAVolumesLife(t *testing.T) {
 	if got := e.states(); got["pending"] != 0 || len(got) != 6 {
 		t.Fatalf("states at start = %v; want all six states, zero", got)
 	}
-	done := make(chan error, 1)
-	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
-	req := e.issuePending()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	req := e.manageAndIssue("v1")
 	issued := nextEvent(t, rec, EventReasonCertificateIssued)
 	for _, want := range []string{"Normal CertificateIssued", "CertificateRequest ns/" + req.Name, "after publish", "valid until"} {
 		if !strings.Contains(issued, want) {
@@ -241,13 +235,8 @@ func TestNoEventsWithoutPodOrRecorder(t *testing.T) {
 	if _, err := e.store.RegisterMetadata(metadata.Metadata{VolumeID: "anon", VolumeContext: map[string]string{"csi.storage.k8s.io/pod.name": "p"}}); err != nil {
 		t.Fatal(err)
 	}
-	m := e.start()
-	done := make(chan error, 1)
-	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "anon"); done <- err }()
-	e.issuePending()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	e.start()
+	e.manageAndIssue("anon")
 	if got := drain(rec); len(got) != 0 {
 		t.Fatalf("events for a volume without pod information: %v", got)
 	}
@@ -255,11 +244,7 @@ func TestNoEventsWithoutPodOrRecorder(t *testing.T) {
 	plain := newEnv(t, nil)
 	plain.register("v1", false)
 	pm := plain.start()
-	go func() { _, err := pm.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
-	plain.issuePending()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	plain.manageAndIssue("v1")
 	if n, _ := testutil.GatherAndCount(plain.registry, "certmanager_csi_volumes"); n != 0 {
 		t.Fatalf("the state gauge appeared without EnableVolumeStateGauge (%d series)", n)
 	}
@@ -320,12 +305,7 @@ func TestDriverThatPersistsNoTime(t *testing.T) {
 	}))
 	e.register("v1", false)
 	m := e.start()
-	done := make(chan error, 1)
-	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
-	e.issuePending()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	e.manageAndIssue("v1")
 	nextEvent(t, rec, EventReasonCertificateIssued)
 	t0 := e.clock.Now()
 	e.poll("the overdue and expiry timers", func() bool { return m.board.armedTimers(m.registry.get("v1")) == 2 })

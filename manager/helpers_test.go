@@ -262,6 +262,19 @@ func (e *env) waitForPending() *cmapi.CertificateRequest {
 	}
 }
 
+// manageAndIssue calls ManageVolumeImmediate for a registered volume, signs its request with
+// the test CA, and returns the signed request once the call has succeeded.
+func (e *env) manageAndIssue(id string) *cmapi.CertificateRequest {
+	e.t.Helper()
+	done := make(chan error, 1)
+	go func() { _, err := e.m.ManageVolumeImmediate(context.Background(), id); done <- err }()
+	issued := e.issuePending()
+	if err := <-done; err != nil {
+		e.t.Fatal(err)
+	}
+	return issued
+}
+
 // issuePending signs the pending request with the test CA, valid from the fake clock's now.
 func (e *env) issuePending() *cmapi.CertificateRequest {
 	e.t.Helper()

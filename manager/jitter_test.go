@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
@@ -69,12 +68,7 @@ func TestRenewalJitterEndToEnd(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.RenewalJitter = 0.5 })
 	e.register("v1", false)
 	m := e.start()
-	done := make(chan error, 1)
-	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
-	issued := e.issuePending()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	issued := e.manageAndIssue("v1")
 	want, _, _ := renewalSchedule(issued.Status.Certificate, "v1", 0.5)
 	upstream, _ := defaultNextIssuanceTime(issued.Status.Certificate)
 	stored, _ := e.store.ReadMetadata("v1")

@@ -236,13 +236,8 @@ func TestStaleRequestsAreDeletedOldestFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := e.start()
-	done := make(chan error, 1)
-	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
-	e.issuePending()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	e.start()
+	e.manageAndIssue("v1")
 	var names []string
 	for _, r := range e.requests() {
 		if r.Name == "oldest" || r.Name == "middle" || r.Name == "newest" {
