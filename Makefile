@@ -48,16 +48,17 @@ node:
 	@bash hack/e2e/install-node-packages.sh
 	@NODE=1 KUBE_VERSION=$(ENVTEST_K8S_VERSION) bash hack/envtest-binaries.sh >/dev/null
 
-## e2e: the library's stories on a real node (kubelet, containerd, runc, CNI); needs root, and
-## says why and fails where the machine cannot run a node.
-e2e: node envtest
+## e2e: the library's stories on a real node (kubelet, containerd, runc, CNI), signed by
+## cert-manager's own controllers where a story can be told with them; needs root, and says why
+## and fails where the machine cannot run a node.
+e2e: node envtest cm-controllers
 	@$(GO) build -o bin/e2e ./hack/e2e
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) bin/e2e $(ARGS)
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bin/e2e $(ARGS)
 
 ## e2e-or-skip: make test's e2e step: make e2e where this machine can run a node; elsewhere a
 ## loud notice that it was skipped, and why.
-e2e-or-skip: envtest
-	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) bash hack/e2e/run-or-skip.sh
+e2e-or-skip: envtest cm-controllers
+	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bash hack/e2e/run-or-skip.sh
 
 ## bench: the benchmarks whose figures the README quotes: the manager on a fake clientset
 ## (hack/bench), then the fleet on a real kube-apiserver (hack/fleet, envtest).

@@ -40,10 +40,11 @@ type cluster struct {
 	stopSigner     context.CancelFunc
 	signerDone     chan struct{}
 
-	mu      sync.Mutex
-	held    map[string]bool            // pods whose requests the signer leaves pending
-	failing bool                       // the signer fails every request (an outage)
-	seen    map[string]map[string]bool // request names the signer has seen, by owner pod
+	mu          sync.Mutex
+	certManager bool                       // cert-manager's controllers sign, not the signer below
+	held        map[string]bool            // pods whose requests the signer leaves pending
+	failing     bool                       // the signer fails every request (an outage)
+	seen        map[string]map[string]bool // request names the signer has seen, by owner pod
 }
 
 func waitNodeReady(ctx context.Context, kube kubernetes.Interface) error {
@@ -94,6 +95,9 @@ func newCluster(ctx context.Context, cp *controlplane.ControlPlane, kube kuberne
 			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral},
 		},
 	}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	if err := c.createIssuers(ctx); err != nil {
 		return nil, err
 	}
 	c.startSigner()
@@ -179,7 +183,8 @@ func (c *cluster) stopDriver(sig syscall.Signal) {
 
 func (c *cluster) journalPath() string { return filepath.Join(c.n.dir, "driver-journal.jsonl") }
 
-// startSigner signs every CertificateRequest of the namespace with the e2e CA as it appears,
+// startSigner notes every CertificateRequest of the namespace by its owner pod and, unless
+// cert-manager's controllers sign (useCertManager), signs it with the e2e CA as it appears,
 // except those of a pod the signer holds (see hold).
 func (c *cluster) startSigner() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -193,7 +198,7 @@ func (c *cluster) startSigner() {
 					c.noteRequest(&list.Items[i])
 					req := &list.Items[i]
 					switch {
-					case testkit.IsFinished(req) || c.isHeld(req):
+					case c.usesCertManager() || testkit.IsFinished(req) || c.isHeld(req):
 					case c.isFailing(req):
 						_, _ = testkit.SetConditions(ctx, c.cm, req, testkit.Failed("e2e signer outage: the CA is unreachable"))
 					default:
@@ -210,8 +215,20 @@ func (c *cluster) startSigner() {
 }
 
 // hold makes the signer leave the requests of the pod alone until the returned function is
-// called.
+// called (the first call counts). While cert-manager signs, its controllers are stopped
+// meanwhile, so every request stays pending (a cert-manager outage).
 func (c *cluster) hold(pod string) (release func()) {
+	if c.usesCertManager() {
+		c.stopCertManager()
+		var once sync.Once
+		return func() {
+			once.Do(func() {
+				if err := c.startCertManager(); err != nil {
+					logf("restarting cert-manager's controllers: %v", err)
+				}
+			})
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.held == nil {
@@ -278,6 +295,7 @@ func (c *cluster) isFailing(*cmapi.CertificateRequest) bool {
 }
 
 func (c *cluster) close() {
+	c.stopCertManager()
 	if c.stopSigner != nil {
 		c.stopSigner()
 		<-c.signerDone

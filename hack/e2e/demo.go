@@ -93,7 +93,7 @@ func (c *cluster) demoRenewal(ctx context.Context) demoStory {
 	s := demoStory{name: "renewal before expiry"}
 	fmt.Println("\n== Story 2: renewal before expiry, seen from inside the container through ..data")
 	const pod = "renewing"
-	if err := c.createPod(ctx, pod, 15*time.Second, 9*time.Second); err != nil {
+	if err := c.createPod(ctx, pod, 15*time.Second, 9*time.Second, nil); err != nil {
 		s.summary = err.Error()
 		return s
 	}
@@ -138,7 +138,7 @@ func (c *cluster) demoOutage(ctx context.Context) demoStory {
 	}
 	end := c.failAll()
 	start := time.Now()
-	if err := c.createPod(ctx, pod, time.Hour, 0); err != nil {
+	if err := c.createPod(ctx, pod, time.Hour, 0, nil); err != nil {
 		end()
 		s.summary = err.Error()
 		return s

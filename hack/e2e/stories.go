@@ -155,11 +155,14 @@ func (c *cluster) requestsOf(ctx context.Context, pod string) (int, error) {
 
 // createPod creates a pod whose certificates live for lifetime; with renewBefore > 0 the driver
 // persists NotAfter less renewBefore as the renewal point (a volume attribute, as
-// csi.cert-manager.io/renew-before).
-func (c *cluster) createPod(ctx context.Context, name string, lifetime, renewBefore time.Duration) error {
+// csi.cert-manager.io/renew-before); attrs are further volume attributes.
+func (c *cluster) createPod(ctx context.Context, name string, lifetime, renewBefore time.Duration, attrs map[string]string) error {
 	pod := certPod(name, lifetime)
 	if renewBefore > 0 {
 		pod.Spec.Volumes[0].CSI.VolumeAttributes[renewBeforeAttribute] = renewBefore.String()
+	}
+	for k, v := range attrs {
+		pod.Spec.Volumes[0].CSI.VolumeAttributes[k] = v
 	}
 	_, err := c.kube.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
 	return err
@@ -186,13 +189,14 @@ func (c *cluster) storiesWithLivePods(ctx context.Context) []result {
 	}
 	defer stopWatch()
 	start := time.Now()
-	if err := c.createPod(ctx, longLived, time.Hour, 0); err != nil {
+	// The long-lived pod's requests name the CA ClusterIssuer, the renewing pod's the Issuer.
+	if err := c.createPod(ctx, longLived, time.Hour, 0, clusterIssuerAttributes); err != nil {
 		s1.detail = err.Error()
 		return all()
 	}
 	// 15 s certificates renewed 9 s before NotAfter: 6 s into their life, where the library's
 	// default would be 10 s.
-	if err := c.createPod(ctx, renewing, 15*time.Second, 9*time.Second); err != nil {
+	if err := c.createPod(ctx, renewing, 15*time.Second, 9*time.Second, nil); err != nil {
 		s3.detail = err.Error()
 		return all()
 	}
@@ -202,9 +206,11 @@ func (c *cluster) storiesWithLivePods(ctx context.Context) []result {
 	lines, err := c.waitLines(ctx, longLived, "the container's verdict", 2*time.Minute, func(l []logLine) bool { return len(l) > 0 })
 	if err != nil {
 		s1.detail = err.Error()
+	} else if err := c.signedByCertManager(ctx, longLived, "ClusterIssuer", clusterIssuerName); err != nil {
+		s1.detail = err.Error()
 	} else {
 		s1.ok = strings.HasPrefix(lines[0].text, "certificate ok")
-		s1.detail = fmt.Sprintf("%q, %v after the pod's creation", lines[0].text, lines[0].at.Sub(start).Round(10*time.Millisecond))
+		s1.detail = fmt.Sprintf("%q, %v after the pod's creation; approved and signed by cert-manager through the CA ClusterIssuer", lines[0].text, lines[0].at.Sub(start).Round(10*time.Millisecond))
 	}
 
 	// 7: the library's events, listed on the pod through the API.
@@ -459,6 +465,10 @@ func (w *podIPWatcher) get(pod string) (time.Time, bool) {
 	return t, ok
 }
 
+// gateInProcessVariant is story 2's RequeuePod variant signed by the e2e program's own signer,
+// against which the others (signed by cert-manager) compare.
+const gateInProcessVariant = "RequeuePod, in-process"
+
 // gateFigures are story 2's measurements for one variant.
 type gateFigures struct {
 	publishToIP, ipToWritten, createdToSeen []time.Duration
@@ -472,20 +482,30 @@ func (c *cluster) storyGateOnPodIP(ctx context.Context, pods int) (result, map[s
 	r := result{story: "2 readiness gate on the pod's IP"}
 	figures := map[string]*gateFigures{}
 	for _, variant := range []struct {
-		name    string
-		requeue bool
-	}{{"RequeuePod", true}, {"gate polled", false}} {
+		name      string
+		requeue   bool
+		inProcess bool // the e2e program's own signer, where cert-manager signs the others
+	}{{"RequeuePod", true, false}, {"gate polled", false, false}, {gateInProcessVariant, true, true}} {
+		if variant.inProcess {
+			c.useInProcessSigner()
+		}
 		c.stopDriver(syscall.SIGTERM)
 		if err := c.startDriver(ctx, driverFlags{gateOnPodIP: true, requeuePods: variant.requeue}); err != nil {
 			r.detail = err.Error()
 			return r, figures
 		}
-		f, err := c.gateVariant(ctx, strings.ReplaceAll(strings.ToLower(variant.name), " ", "-"), pods)
+		f, err := c.gateVariant(ctx, strings.NewReplacer(", ", "-", " ", "-").Replace(strings.ToLower(variant.name)), pods)
 		if err != nil {
 			r.detail = variant.name + ": " + err.Error()
 			return r, figures
 		}
 		figures[variant.name] = f
+		if variant.inProcess {
+			if err := c.useCertManager(ctx); err != nil {
+				r.detail = err.Error()
+				return r, figures
+			}
+		}
 	}
 	c.stopDriver(syscall.SIGTERM)
 	if err := c.startDriver(ctx, driverFlags{}); err != nil {
@@ -494,7 +514,7 @@ func (c *cluster) storyGateOnPodIP(ctx context.Context, pods int) (result, map[s
 	}
 	r.ok = true
 	var parts []string
-	for _, v := range []string{"RequeuePod", "gate polled"} {
+	for _, v := range []string{"RequeuePod", "gate polled", gateInProcessVariant} {
 		f := figures[v]
 		parts = append(parts, fmt.Sprintf("%s: pod IP -> certificate written p50 %v", v, percentile(f.ipToWritten, 50)))
 	}
@@ -514,7 +534,7 @@ func (c *cluster) gateVariant(ctx context.Context, prefix string, pods int) (*ga
 		name := fmt.Sprintf("%s-%02d", prefix, i)
 		names = append(names, name)
 		created[name] = time.Now()
-		if err := c.createPod(ctx, name, time.Hour, 0); err != nil {
+		if err := c.createPod(ctx, name, time.Hour, 0, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -582,8 +602,8 @@ func printGateFigures(figures map[string]*gateFigures) {
 	}
 	fmt.Println()
 	fmt.Println("story 2, per pod (p50 / p90 / max):")
-	fmt.Printf("%-12s %-28s %-28s %-28s %s\n", "variant", "publish -> pod IP in API", "pod IP -> certificate written", "pod created -> container sees it", "started without it / published after IP")
-	for _, v := range []string{"RequeuePod", "gate polled"} {
+	fmt.Printf("%-22s %-28s %-28s %-28s %s\n", "variant", "publish -> pod IP in API", "pod IP -> certificate written", "pod created -> container sees it", "started without it / published after IP")
+	for _, v := range []string{"RequeuePod", "gate polled", gateInProcessVariant} {
 		f := figures[v]
 		if f == nil {
 			continue
@@ -591,7 +611,7 @@ func printGateFigures(figures map[string]*gateFigures) {
 		row := func(ds []time.Duration) string {
 			return fmt.Sprintf("%v / %v / %v", percentile(ds, 50), percentile(ds, 90), percentile(ds, 100))
 		}
-		fmt.Printf("%-12s %-28s %-28s %-28s %d of %d / %d\n", v, row(f.publishToIP), row(f.ipToWritten), row(f.createdToSeen), f.startedWithout, len(f.createdToSeen), f.publishedAfterIP)
+		fmt.Printf("%-22s %-28s %-28s %-28s %d of %d / %d\n", v, row(f.publishToIP), row(f.ipToWritten), row(f.createdToSeen), f.startedWithout, len(f.createdToSeen), f.publishedAfterIP)
 	}
 }
 
@@ -612,7 +632,7 @@ func (c *cluster) killVariant(ctx context.Context, story, pod string, deletePod,
 	r.story = story
 	release := c.hold(pod)
 	defer release()
-	if err := c.createPod(ctx, pod, time.Hour, 0); err != nil {
+	if err := c.createPod(ctx, pod, time.Hour, 0, nil); err != nil {
 		r.detail = err.Error()
 		return r
 	}

@@ -51,7 +51,8 @@ import (
 	"github.com/cert-manager/csi-lib/storage"
 )
 
-// IssuerName is the issuer every request names; the e2e program signs them all.
+// IssuerName is the issuer a request names unless its volume names another; the e2e program
+// signs them with its own signer or cert-manager's controllers.
 const IssuerName = "e2e-ca"
 
 func main() {
@@ -179,7 +180,7 @@ func run(log logr.Logger, j *journal, b managerFlags, metricsAddr, name, nodeID,
 			return &manager.CertificateRequestBundle{
 				Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeContext[metadata.PodNameVolumeContextKey]}},
 				Namespace: meta.VolumeContext[metadata.PodNamespaceVolumeContextKey],
-				IssuerRef: cmmeta.IssuerReference{Name: IssuerName, Kind: "Issuer", Group: "cert-manager.io"},
+				IssuerRef: issuerRef(meta),
 				Duration:  d,
 				Usages:    []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageServerAuth},
 			}, nil
@@ -272,6 +273,25 @@ func serveRegistration(log logr.Logger, registry, name, csiSocket string) (*grpc
 	registerapi.RegisterRegistrationServer(srv, &registration{log: log.WithName("registration"), name: name, endpoint: csiSocket})
 	go func() { _ = srv.Serve(lis) }()
 	return srv, nil
+}
+
+// IssuerKindAttribute and IssuerNameAttribute are the volume attributes with which a pod names
+// its issuer (as cert-manager csi-driver's csi.cert-manager.io/issuer-kind and issuer-name);
+// without them, the Issuer IssuerName.
+const (
+	IssuerKindAttribute = "csi.e2e.csi-lib.example/issuer-kind"
+	IssuerNameAttribute = "csi.e2e.csi-lib.example/issuer-name"
+)
+
+func issuerRef(meta metadata.Metadata) cmmeta.IssuerReference {
+	ref := cmmeta.IssuerReference{Name: IssuerName, Kind: "Issuer", Group: "cert-manager.io"}
+	if kind := meta.VolumeContext[IssuerKindAttribute]; kind != "" {
+		ref.Kind = kind
+	}
+	if name := meta.VolumeContext[IssuerNameAttribute]; name != "" {
+		ref.Name = name
+	}
+	return ref
 }
 
 // RenewBeforeAttribute is the volume attribute with which a pod asks for its renewal this long

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cert-manager/csi-lib/internal/testkit"
+)
+
+// The node's requests are signed by one of two signers at a time: cert-manager's own
+// controllers (hack/cm-controllers: its approver, CA issuer and Issuer and ClusterIssuer
+// controllers), from a CA Issuer and a CA ClusterIssuer on the cluster's CA, or the program's
+// own signer (cluster.go), which can hold a pod's requests or fail every request. Every story
+// that cert-manager can tell runs on cert-manager.
+
+const (
+	// issuerName is the e2e driver's default issuer (its IssuerName), a CA Issuer.
+	issuerName = "e2e-ca"
+	// caSecretName is the CA Issuer's secret in the stories' namespace, and the CA
+	// ClusterIssuer's in clusterResourceNamespace.
+	caSecretName = "e2e-ca-key-pair"
+	// clusterIssuerName is the CA ClusterIssuer.
+	clusterIssuerName = "e2e-cluster-ca"
+	// clusterResourceNamespace is where cert-manager reads ClusterIssuers' secrets.
+	clusterResourceNamespace = "cert-manager"
+	// issuerKindAttribute and issuerNameAttribute are the e2e driver's volume attributes naming
+	// a pod's issuer.
+	issuerKindAttribute = "csi.e2e.csi-lib.example/issuer-kind"
+	issuerNameAttribute = "csi.e2e.csi-lib.example/issuer-name"
+)
+
+// clusterIssuerAttributes make a pod's requests name the CA ClusterIssuer.
+var clusterIssuerAttributes = map[string]string{issuerKindAttribute: "ClusterIssuer", issuerNameAttribute: clusterIssuerName}
+
+// createIssuers creates the CA Issuer (the driver's default issuer) and the CA ClusterIssuer,
+// each from a secret holding the cluster's CA, secrets first (cert-manager backs off a failed
+// Issuer sync for 5 s and more).
+func (c *cluster) createIssuers(ctx context.Context) error {
+	if _, err := c.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: clusterResourceNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	for _, ns := range []string{namespace, clusterResourceNamespace} {
+		secret, err := caSecret(ns, c.ca)
+		if err != nil {
+			return err
+		}
+		if _, err := c.kube.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	spec := cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: caSecretName}}}
+	if _, err := c.cm.CertmanagerV1().Issuers(namespace).Create(ctx, &cmapi.Issuer{ObjectMeta: metav1.ObjectMeta{Name: issuerName, Namespace: namespace}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	_, err := c.cm.CertmanagerV1().ClusterIssuers().Create(ctx, &cmapi.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: clusterIssuerName}, Spec: spec}, metav1.CreateOptions{})
+	return err
+}
+
+// caSecret is a CA Issuer's secret holding ca.
+func caSecret(ns string, ca *testkit.CA) (*corev1.Secret, error) {
+	key, err := ca.PrivateKeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: caSecretName, Namespace: ns},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: key},
+	}, nil
+}
+
+// useCertManager hands signing to cert-manager's controllers and waits until both issuers are
+// Ready.
+func (c *cluster) useCertManager(ctx context.Context) error {
+	c.mu.Lock()
+	c.certManager = true
+	c.mu.Unlock()
+	if err := c.startCertManager(); err != nil {
+		return err
+	}
+	start := time.Now()
+	err := poll(ctx, "cert-manager to have the Issuer and the ClusterIssuer Ready", 100*time.Millisecond, time.Minute, func() (bool, error) {
+		issuer, err := c.cm.CertmanagerV1().Issuers(namespace).Get(ctx, issuerName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		clusterIssuer, err := c.cm.CertmanagerV1().ClusterIssuers().Get(ctx, clusterIssuerName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return issuerReady(issuer.Status.Conditions) && issuerReady(clusterIssuer.Status.Conditions), nil
+	})
+	if err == nil {
+		logf("cert-manager signs: its Issuer and ClusterIssuer Ready %v after its start", time.Since(start).Round(10*time.Millisecond))
+	}
+	return err
+}
+
+// useInProcessSigner hands signing back to the program's own signer.
+func (c *cluster) useInProcessSigner() {
+	c.stopCertManager()
+	c.mu.Lock()
+	c.certManager = false
+	c.mu.Unlock()
+	logf("the in-process signer signs")
+}
+
+func (c *cluster) usesCertManager() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.certManager
+}
+
+// startCertManager starts cert-manager's controllers (CM_CONTROLLERS, built by `make
+// cm-controllers`) as a process of the node, by PID.
+func (c *cluster) startCertManager() error {
+	return c.n.startProcess("cm-controllers", os.Getenv("CM_CONTROLLERS"),
+		"-kubeconfig", c.kubeconfig, "-cluster-resource-namespace", clusterResourceNamespace)
+}
+
+// stopCertManager stops cert-manager's controllers, by PID; their requests stay as they are.
+func (c *cluster) stopCertManager() {
+	if p := c.n.processNamed("cm-controllers"); p != nil {
+		c.n.stopProcess(p)
+		logf("cert-manager's controllers stopped (pid %d)", p.cmd.Process.Pid)
+	}
+}
+
+// cmApprovedMessage is the message of cert-manager's approver on the Approved condition.
+const cmApprovedMessage = "Certificate request has been approved by cert-manager.io"
+
+// signedByCertManager checks that the pod has requests, that each names the issuer of that kind
+// and name, and that each was approved by cert-manager's approver and issued.
+func (c *cluster) signedByCertManager(ctx context.Context, pod, kind, name string) error {
+	list, err := c.cm.CertmanagerV1().CertificateRequests(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, req := range list.Items {
+		if len(req.OwnerReferences) == 0 || req.OwnerReferences[0].Name != pod {
+			continue
+		}
+		n++
+		if req.Spec.IssuerRef.Kind != kind || req.Spec.IssuerRef.Name != name {
+			return fmt.Errorf("request %s names %s %s, want %s %s", req.Name, req.Spec.IssuerRef.Kind, req.Spec.IssuerRef.Name, kind, name)
+		}
+		approved, issued := false, false
+		for _, cond := range req.Status.Conditions {
+			approved = approved || (cond.Type == cmapi.CertificateRequestConditionApproved && cond.Message == cmApprovedMessage)
+			issued = issued || (cond.Type == cmapi.CertificateRequestConditionReady && cond.Reason == cmapi.CertificateRequestReasonIssued)
+		}
+		if !approved || !issued {
+			return fmt.Errorf("request %s: approved by cert-manager %t, issued %t (%+v)", req.Name, approved, issued, req.Status.Conditions)
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("no request of pod %s", pod)
+	}
+	return nil
+}
+
+func issuerReady(conds []cmapi.IssuerCondition) bool {
+	for _, cond := range conds {
+		if cond.Type == cmapi.IssuerConditionReady {
+			return cond.Status == cmmeta.ConditionTrue
+		}
+	}
+	return false
+}
+
+// storyCARotation is story 9: the CA Issuer's secret is replaced by a new CA while a pod renews
+// every 6 s. The next renewal writes the new chain and the new ca.crt as one set: the container
+// never sees a key that does not match its chain, nor a chain that does not verify against the
+// ca.crt beside it, and its volume ends up with the new CA.
+func (c *cluster) storyCARotation(ctx context.Context) (r result) {
+	r.story = "9 CA rotation"
+	const pod = "rotating"
+	if err := c.createPod(ctx, pod, 15*time.Second, 9*time.Second, nil); err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	defer func() { _ = c.deletePod(ctx, pod) }()
+	_, before, bad, err := c.waitSerials(ctx, pod, "two certificates from the first CA", 2, time.Minute)
+	if err != nil || bad != "" {
+		r.detail = fmt.Sprintf("before the rotation: %v %s", err, bad)
+		return r
+	}
+	next, err := testkit.NewCA("e2e-ca-rotated")
+	if err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	secret, err := caSecret(namespace, next)
+	if err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	rotated := time.Now()
+	if _, err := c.kube.CoreV1().Secrets(namespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	dataDir := filepath.Join(c.volumeDirOf(pod), "data")
+	var switched time.Duration
+	err = poll(ctx, "the volume's ca.crt to be the new CA", 50*time.Millisecond, time.Minute, func() (bool, error) {
+		caPEM, err := os.ReadFile(filepath.Join(dataDir, "ca.crt"))
+		if err == nil && bytes.Equal(caPEM, next.CertPEM) {
+			switched = time.Since(rotated)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	_, all, bad, err := c.waitSerials(ctx, pod, "a certificate from the new CA in the container", len(before)+2, time.Minute)
+	switch {
+	case err != nil:
+		r.detail = err.Error()
+	case bad != "":
+		r.detail = "the container saw " + bad
+	default:
+		key, _ := os.ReadFile(filepath.Join(dataDir, "tls.key"))
+		chain, _ := os.ReadFile(filepath.Join(dataDir, "tls.crt"))
+		if _, err := testkit.VerifyKeyPair(key, chain, next.CertPEM, time.Now()); err != nil {
+			r.detail = fmt.Sprintf("the volume after the rotation: %v", err)
+			return r
+		}
+		r.ok = true
+		r.detail = fmt.Sprintf("the volume had the new CA's chain and ca.crt %v after the secret was replaced; the container saw %d certificates, every set consistent and verifying to its ca.crt",
+			switched.Round(10*time.Millisecond), len(all))
+	}
+	return r
+}
