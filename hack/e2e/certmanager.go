@@ -136,6 +136,32 @@ func (c *cluster) stopCertManager() {
 	}
 }
 
+// signerOutage starts an outage of whichever signer signs and returns the function that ends
+// it: with cert-manager, the CA Issuer's secret is deleted (cert-manager keeps the Issuer not
+// Ready and its requests pending) and created again as it was; with the program's own signer,
+// every request fails until then.
+func (c *cluster) signerOutage(ctx context.Context) (end func() error, err error) {
+	if !c.usesCertManager() {
+		stop := c.failAll()
+		return func() error { stop(); return nil }, nil
+	}
+	secrets := c.kube.CoreV1().Secrets(namespace)
+	saved, err := secrets.Get(ctx, caSecretName, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if err := secrets.Delete(ctx, caSecretName, metav1.DeleteOptions{}); err != nil {
+		return nil, err
+	}
+	logf("outage: the CA Issuer's secret deleted")
+	return func() error {
+		restored := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: saved.Name, Namespace: saved.Namespace}, Type: saved.Type, Data: saved.Data}
+		_, err := secrets.Create(ctx, restored, metav1.CreateOptions{})
+		logf("outage over: the CA Issuer's secret created again (%v)", err)
+		return err
+	}, nil
+}
+
 // cmApprovedMessage is the message of cert-manager's approver on the Approved condition.
 const cmApprovedMessage = "Certificate request has been approved by cert-manager.io"
 

@@ -283,7 +283,10 @@ func (c *cluster) storyReadiness(ctx context.Context, pods int) (result, *readin
 		return fail("%v", err)
 	}
 	outage := time.Now()
-	endOutage := c.failAll()
+	endOutage, err := c.signerOutage(ctx)
+	if err != nil {
+		return fail("%v", err)
+	}
 	notAfter := map[string]time.Time{}
 	for _, name := range short {
 		if err := poll(ctx, name+" to go not Ready in the outage", 50*time.Millisecond, time.Minute, func() (bool, error) {
@@ -300,12 +303,14 @@ func (c *cluster) storyReadiness(ctx context.Context, pods int) (result, *readin
 			}
 			return ok, nil
 		}); err != nil {
-			endOutage()
+			_ = endOutage()
 			return fail("%v", err)
 		}
 	}
 	recovered := time.Now()
-	endOutage()
+	if err := endOutage(); err != nil {
+		return fail("ending the outage: %v", err)
+	}
 	writes, err := c.writesAfter(recovered)
 	if err != nil {
 		return fail("%v", err)
