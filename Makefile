@@ -68,8 +68,8 @@ bench: envtest
 
 ## demo: the library doing its whole job locally: on a real node where the machine can run one
 ## (as root), else with a kubelet stand-in (STAND_IN=1 forces it); ARGS=--help lists the options.
-demo: envtest
-	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) bash hack/e2e/demo-or-stand-in.sh $(ARGS)
+demo: envtest cm-controllers
+	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bash hack/e2e/demo-or-stand-in.sh $(ARGS)
 
 ## demo-short: the demo in its short mode; fails if any of its four stories does not happen.
 demo-short: envtest

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -122,10 +124,13 @@ func (c *cluster) usesCertManager() bool {
 }
 
 // startCertManager starts cert-manager's controllers (CM_CONTROLLERS, built by `make
-// cm-controllers`) as a process of the node, by PID.
-func (c *cluster) startCertManager() error {
-	return c.n.startProcess("cm-controllers", os.Getenv("CM_CONTROLLERS"),
-		"-kubeconfig", c.kubeconfig, "-cluster-resource-namespace", clusterResourceNamespace)
+// cm-controllers`) as a process of the node, by PID: the named ones, or all four.
+func (c *cluster) startCertManager(controllers ...string) error {
+	args := []string{"-kubeconfig", c.kubeconfig, "-cluster-resource-namespace", clusterResourceNamespace}
+	if len(controllers) > 0 {
+		args = append(args, "-controllers", strings.Join(controllers, ","))
+	}
+	return c.n.startProcess("cm-controllers", os.Getenv("CM_CONTROLLERS"), args...)
 }
 
 // stopCertManager stops cert-manager's controllers, by PID; their requests stay as they are.
@@ -268,5 +273,111 @@ func (c *cluster) storyCARotation(ctx context.Context) (r result) {
 		r.detail = fmt.Sprintf("the volume had the new CA's chain and ca.crt %v after the secret was replaced; the container saw %d certificates, every set consistent and verifying to its ca.crt",
 			switched.Round(10*time.Millisecond), len(all))
 	}
+	return r
+}
+
+// storyDenial is story 10: cert-manager runs without its approver; the pod's request is denied
+// as an approver denies it (a Denied condition through the status subresource, which
+// cert-manager's webhook restricts to approvers in a cluster); the publish fails and the pod's
+// events say it was denied; once the approver is back, kubelet's retry creates a new request,
+// which cert-manager approves and signs.
+func (c *cluster) storyDenial(ctx context.Context) (r result) {
+	r.story = "10 request denied"
+	const pod = "denied"
+	c.stopCertManager()
+	defer func() {
+		if c.n.processNamed("cm-controllers") == nil {
+			_ = c.startCertManager()
+		}
+	}()
+	if err := c.startCertManager("certificaterequests-issuer-ca", "issuers", "clusterissuers"); err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	if err := c.createPod(ctx, pod, time.Hour, 0, nil); err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	defer func() { _ = c.deletePod(ctx, pod) }()
+	var denied string
+	err := poll(ctx, "the pod's request, to deny it", 50*time.Millisecond, time.Minute, func() (bool, error) {
+		list, err := c.cm.CertmanagerV1().CertificateRequests(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for i := range list.Items {
+			req := &list.Items[i]
+			if len(req.OwnerReferences) == 0 || req.OwnerReferences[0].Name != pod {
+				continue
+			}
+			req.Status.Conditions = append(req.Status.Conditions, cmapi.CertificateRequestCondition{
+				Type: cmapi.CertificateRequestConditionDenied, Status: cmmeta.ConditionTrue,
+				Reason: "PolicyDenied", Message: "the e2e policy denies this pod",
+			})
+			if _, err := c.cm.CertmanagerV1().CertificateRequests(namespace).UpdateStatus(ctx, req, metav1.UpdateOptions{}); err != nil {
+				return false, err
+			}
+			denied = req.Name
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	var reasons []string
+	err = poll(ctx, "a CertificateRequestFailed event naming the denial", 100*time.Millisecond, time.Minute, func() (bool, error) {
+		evs, err := c.kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+		if err != nil {
+			return false, err
+		}
+		reasons = reasons[:0]
+		found := false
+		for _, e := range evs.Items {
+			reasons = append(reasons, e.Reason)
+			found = found || (e.Reason == "CertificateRequestFailed" && strings.Contains(e.Message, "has been denied by the approval plugin: the e2e policy denies this pod"))
+		}
+		return found, nil
+	})
+	if err != nil {
+		r.detail = fmt.Sprintf("%v; events %v", err, reasons)
+		return r
+	}
+	c.stopCertManager()
+	if err := c.startCertManager(); err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	back := time.Now()
+	if _, _, bad, err := c.waitSerials(ctx, pod, "the certificate after the approver is back", 1, 3*time.Minute); err != nil || bad != "" {
+		r.detail = fmt.Sprintf("%v %s", err, bad)
+		return r
+	}
+	list, err := c.cm.CertmanagerV1().CertificateRequests(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	var names []string
+	signed := 0
+	for _, req := range list.Items {
+		if len(req.OwnerReferences) == 0 || req.OwnerReferences[0].Name != pod {
+			continue
+		}
+		names = append(names, req.Name)
+		for _, cond := range req.Status.Conditions {
+			if req.Name != denied && cond.Type == cmapi.CertificateRequestConditionApproved && cond.Message == cmApprovedMessage && req.Status.Certificate != nil {
+				signed++
+			}
+		}
+	}
+	if !slices.Contains(names, denied) || len(names) != 2 || signed != 1 {
+		r.detail = fmt.Sprintf("the pod's requests: %v (%d approved by cert-manager and signed), want the denied %s and one signed", names, signed, denied)
+		return r
+	}
+	r.ok = true
+	r.detail = fmt.Sprintf("the publish failed and the pod's event said the request was denied; with the approver back, kubelet's retry created one new request, signed: certificate in the container %v later",
+		time.Since(back).Round(100*time.Millisecond))
 	return r
 }

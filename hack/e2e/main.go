@@ -98,10 +98,8 @@ func logf(format string, args ...any) {
 }
 
 func run(ctx context.Context, bins string, keep bool) (results []result, err error) {
-	if !demoMode {
-		if _, err := os.Stat(os.Getenv("CM_CONTROLLERS")); err != nil {
-			return nil, fmt.Errorf("cert-manager's controllers (CM_CONTROLLERS=%q): %w; run the stories with make e2e", os.Getenv("CM_CONTROLLERS"), err)
-		}
+	if _, err := os.Stat(os.Getenv("CM_CONTROLLERS")); err != nil {
+		return nil, fmt.Errorf("cert-manager's controllers (CM_CONTROLLERS=%q): %w; run the stories with make e2e or make demo", os.Getenv("CM_CONTROLLERS"), err)
 	}
 	dir, err := os.MkdirTemp("", "csi-lib-e2e-")
 	if err != nil {
@@ -160,6 +158,9 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	}
 	defer c.close()
 	if demoMode {
+		if err := c.useCertManager(ctx); err != nil {
+			return nil, err
+		}
 		stories := c.runDemo(ctx, gatePods)
 		printDemoSummary(stories)
 		for _, s := range stories {
@@ -175,6 +176,7 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	results = append(results, gate)
 	results = append(results, c.storyKilledDuringFirstIssuance(ctx)...)
 	results = append(results, c.storyCARotation(ctx))
+	results = append(results, c.storyDenial(ctx))
 	readiness, readinessFigures := c.storyReadiness(ctx, gatePods)
 	results = append(results, readiness)
 	slices.SortStableFunc(results, func(a, b result) int { return strings.Compare(a.story, b.story) })
