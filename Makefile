@@ -72,5 +72,5 @@ demo: envtest cm-controllers
 	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bash hack/e2e/demo-or-stand-in.sh $(ARGS)
 
 ## demo-short: the demo in its short mode; fails if any of its four stories does not happen.
-demo-short: envtest
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./hack/demo -short
+demo-short: envtest cm-controllers
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) $(GO) run ./hack/demo -short

@@ -1,5 +1,7 @@
 // Command demo shows the library doing its whole job on one machine: a real kube-apiserver and
-// etcd (envtest), an in-process signer playing cert-manager, an example node driver built from
+// etcd (envtest), cert-manager's own controllers signing from a CA Issuer (hack/cm-controllers,
+// CM_CONTROLLERS; the signer outage of story 4 has a signer of the demo's own, which can fail
+// requests, in a namespace of its own), an example node driver built from
 // the library's public API, and a kubelet stand-in that creates pods and publishes their
 // volumes over CSI gRPC. Run it with `make demo` (which builds the envtest binaries first);
 // `make demo ARGS=--help` lists the options.
@@ -93,8 +95,7 @@ type demo struct {
 	mounter mount.Interface
 	plain   bool
 
-	refuse   atomic.Bool        // story 4: the signer fails every request
-	ignoreNS sync.Map           // namespaces the signer does not answer (story 3)
+	refuse   atomic.Bool        // story 4: the demo's signer fails every request
 	mu       sync.Mutex         // guards vols
 	vols     map[string]*volume // by volume hash
 	written  chan writtenEvent  // certificate written (any volume)
@@ -144,12 +145,18 @@ func run(o options) error {
 	klog.SetLogger(d.log.WithName("klog"))
 
 	fmt.Fprintf(d.out, "csi-lib demo: %d pods per pass, %v certificates, issuance backoff %v, outage %v\n", o.pods, o.lifetime, o.issueBackoff, o.outage)
-	d.say("starting kube-apiserver and etcd (envtest) with cert-manager's CertificateRequest CRD")
-	cfg, stopControlPlane, err := controlplane.StartControlPlane()
+	fmt.Fprintf(d.out, "signer: cert-manager's own controllers (approver, CA issuer) from a CA Issuer; story 4's outage: the demo's own signer, which fails requests\n")
+	cmControllers := os.Getenv("CM_CONTROLLERS")
+	if _, err := os.Stat(cmControllers); err != nil {
+		return fmt.Errorf("cert-manager's controllers (CM_CONTROLLERS=%q): %w; run the demo with make demo", cmControllers, err)
+	}
+	d.say("starting kube-apiserver and etcd (envtest) with cert-manager's CRDs")
+	cp, err := controlplane.Start(controlplane.Options{})
 	if err != nil {
 		return err
 	}
-	defer func() { _ = stopControlPlane() }()
+	defer func() { _ = cp.Stop() }()
+	cfg := cp.Config
 	d.kube = kubernetes.NewForConfigOrDie(cfg)
 	d.cm = cmclient.NewForConfigOrDie(cfg)
 	d.say("apiserver ready at %s", cfg.Host)
@@ -158,16 +165,20 @@ func run(o options) error {
 	}
 	d.chooseMounts()
 	defer d.cleanupMounts()
-	for _, ns := range []string{"demo", "demo-old", "demo-crash"} {
+	for _, ns := range []string{"demo", "demo-old", "demo-crash", outageNamespace} {
 		if _, err := d.kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			return err
 		}
 	}
+	stopCertManager, err := d.startCertManager(cmControllers, cp.KubeConfig, work, "demo", "demo-old")
+	if err != nil {
+		return err
+	}
+	defer stopCertManager()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go d.runSigner(ctx)
 	go d.watchRequests(ctx)
-	d.ignoreNS.Store("demo-crash", true)
 
 	results := map[int]string{}
 	failures := 0
@@ -238,6 +249,7 @@ func run(o options) error {
 
 	fmt.Fprintln(d.out, "\n== Unpublishing")
 	d.unpublishAll(drv, "demo")
+	d.unpublishAll(drv, outageNamespace)
 
 	fmt.Fprintln(d.out, "\n== Summary")
 	for i, name := range []string{"", "gate-open -> request", "renewal before expiry", "crash during first issuance", "signer outage"} {
@@ -329,8 +341,9 @@ func (d *demo) onWritten(meta metadata.Metadata, chain []byte) {
 	}
 }
 
-// runSigner approves and signs every CertificateRequest, except in ignored namespaces; during
-// an outage it fails them.
+// runSigner is the demo's own signer, for story 4's namespace only (cert-manager signs in the
+// namespaces with its Issuer, and leaves requests elsewhere waiting): it approves and signs
+// every CertificateRequest there; during an outage it fails them.
 func (d *demo) runSigner(ctx context.Context) {
 	for ctx.Err() == nil {
 		w, err := d.cm.CertmanagerV1().CertificateRequests("").Watch(ctx, metav1.ListOptions{})
@@ -342,7 +355,7 @@ func (d *demo) runSigner(ctx context.Context) {
 			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) || testkit.IsFinished(req) {
 				continue
 			}
-			if _, ignored := d.ignoreNS.Load(req.Namespace); ignored {
+			if req.Namespace != outageNamespace {
 				continue
 			}
 			if d.refuse.Load() {
@@ -638,7 +651,7 @@ func (d *demo) outage(drv *exampleDriver, metricsURL string) (string, error) {
 	d.refuse.Store(true)
 	d.say("signer outage begins: every request fails for %v", d.o.outage)
 	began := time.Now()
-	v, err := d.publish(ctx, drv, "demo", "outage-0", 500*time.Millisecond)
+	v, err := d.publish(ctx, drv, outageNamespace, "outage-0", 500*time.Millisecond)
 	if err != nil {
 		return "", err
 	}
@@ -663,7 +676,7 @@ func (d *demo) outage(drv *exampleDriver, metricsURL string) (string, error) {
 			if seen < 1 {
 				return "", fmt.Errorf("no failed attempt was recorded during the outage")
 			}
-			if err := d.printPodEvents(ctx, "demo", "outage-0"); err != nil {
+			if err := d.printPodEvents(ctx, outageNamespace, "outage-0"); err != nil {
 				return "", err
 			}
 			return fmt.Sprintf("%v failed attempts backed off (issue_errors_total), recovered %s after publish; the pod's events tell its owner", seen, fmtDur(time.Since(began))), nil

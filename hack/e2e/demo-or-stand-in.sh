@@ -21,7 +21,6 @@ elif ! check=$(KUBEBUILDER_ASSETS="${assets}" bin/e2e -check 2>&1); then
 fi
 if [[ -n "${why}" ]]; then
   echo "csi-lib demo with its kubelet stand-in: ${why}"
-  echo "signer: the demo's own in-process signer (cert-manager's controllers sign on the real node)"
   exec go run ./hack/demo "$@"
 fi
 echo "csi-lib demo on a real node: kubelet $("${assets}/kubelet" --version 2>/dev/null | awk '{print $2}'), containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'), Debian's CNI plugins"
