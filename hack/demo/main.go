@@ -95,10 +95,10 @@ type demo struct {
 	mounter mount.Interface
 	plain   bool
 
-	refuse   atomic.Bool        // story 4: the demo's signer fails every request
-	mu       sync.Mutex         // guards vols
-	vols     map[string]*volume // by volume hash
-	written  chan writtenEvent  // certificate written (any volume)
+	refuse  atomic.Bool        // story 4: the demo's signer fails every request
+	mu      sync.Mutex         // guards vols
+	vols    map[string]*volume // by volume hash
+	written chan writtenEvent  // certificate written (any volume)
 }
 
 type volume struct {
