@@ -60,7 +60,7 @@ func (c *cluster) createIssuers(ctx context.Context) error {
 			return err
 		}
 	}
-	spec := cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: caSecretName}}}
+	spec := testkit.CAIssuerSpec(caSecretName)
 	if _, err := c.cm.CertmanagerV1().Issuers(namespace).Create(ctx, &cmapi.Issuer{ObjectMeta: metav1.ObjectMeta{Name: issuerName, Namespace: namespace}, Spec: spec}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -70,15 +70,7 @@ func (c *cluster) createIssuers(ctx context.Context) error {
 
 // caSecret is a CA Issuer's secret holding ca.
 func caSecret(ns string, ca *testkit.CA) (*corev1.Secret, error) {
-	key, err := ca.PrivateKeyPEM()
-	if err != nil {
-		return nil, err
-	}
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: caSecretName, Namespace: ns},
-		Type:       corev1.SecretTypeTLS,
-		Data:       map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: key},
-	}, nil
+	return testkit.CAIssuerSecret(ns, caSecretName, ca)
 }
 
 // useCertManager hands signing to cert-manager's controllers and waits until both issuers are
@@ -100,7 +92,7 @@ func (c *cluster) useCertManager(ctx context.Context) error {
 		if err != nil {
 			return false, err
 		}
-		return issuerReady(issuer.Status.Conditions) && issuerReady(clusterIssuer.Status.Conditions), nil
+		return testkit.IssuerReady(issuer.Status.Conditions) && testkit.IssuerReady(clusterIssuer.Status.Conditions), nil
 	})
 	if err == nil {
 		logf("cert-manager signs: its Issuer and ClusterIssuer Ready %v after its start", time.Since(start).Round(10*time.Millisecond))
@@ -199,15 +191,6 @@ func (c *cluster) signedByCertManager(ctx context.Context, pod, kind, name strin
 		return fmt.Errorf("no request of pod %s", pod)
 	}
 	return nil
-}
-
-func issuerReady(conds []cmapi.IssuerCondition) bool {
-	for _, cond := range conds {
-		if cond.Type == cmapi.IssuerConditionReady {
-			return cond.Status == cmmeta.ConditionTrue
-		}
-	}
-	return false
 }
 
 // storyCARotation is story 9: the CA Issuer's secret is replaced by a new CA while a pod renews

@@ -7,6 +7,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -77,4 +78,34 @@ func Denied(message string) cmapi.CertificateRequestCondition {
 // Failed is the condition a signer sets when issuance failed.
 func Failed(message string) cmapi.CertificateRequestCondition {
 	return cmapi.CertificateRequestCondition{Type: cmapi.CertificateRequestConditionReady, Status: cmmeta.ConditionFalse, Reason: cmapi.CertificateRequestReasonFailed, Message: message}
+}
+
+// CAIssuerSecret is the secret of a cert-manager CA Issuer (or ClusterIssuer) that signs with
+// ca: a kubernetes.io/tls secret of its certificate and private key.
+func CAIssuerSecret(namespace, name string, ca *CA) (*corev1.Secret, error) {
+	key, err := ca.PrivateKeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: key},
+	}, nil
+}
+
+// CAIssuerSpec is the spec of a cert-manager CA Issuer (or ClusterIssuer) signing from the
+// secret secretName.
+func CAIssuerSpec(secretName string) cmapi.IssuerSpec {
+	return cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: secretName}}}
+}
+
+// IssuerReady reports whether an Issuer's or ClusterIssuer's conditions say Ready.
+func IssuerReady(conds []cmapi.IssuerCondition) bool {
+	for _, c := range conds {
+		if c.Type == cmapi.IssuerConditionReady {
+			return c.Status == cmmeta.ConditionTrue
+		}
+	}
+	return false
 }

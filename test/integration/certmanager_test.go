@@ -5,10 +5,10 @@ package integration
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,10 +16,10 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/cert-manager/csi-lib/internal/controlplane"
 	"github.com/cert-manager/csi-lib/internal/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 )
@@ -36,54 +36,42 @@ const (
 )
 
 // startCertManager runs cert-manager's controllers (all of them without names) against the
-// test apiserver until the test ends or the returned stop is called. The process is stopped by
-// its PID.
+// test apiserver until the test ends or the returned stop is called, by PID.
 func startCertManager(t *testing.T, controllers ...string) (stop func()) {
 	t.Helper()
-	args := []string{"-kubeconfig", kubeconfigPath}
-	if len(controllers) > 0 {
-		args = append(args, "-controllers", strings.Join(controllers, ","))
-	}
-	cmd := exec.Command(os.Getenv("CM_CONTROLLERS"), args...)
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting cert-manager's controllers: %v", err)
+	p, err := controlplane.StartCertManager(os.Getenv("CM_CONTROLLERS"), kubeconfigPath, &syncWriter{w: &out}, controllers...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	stopped := false
 	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
+		p.Stop()
 		if t.Failed() {
-			t.Logf("cert-manager's controllers (pid %d) said:\n%s", cmd.Process.Pid, out.String())
+			t.Logf("cert-manager's controllers (pid %d) said:\n%s", p.PID, out.String())
 		}
 	}
 	t.Cleanup(stop)
 	return stop
 }
 
+// syncWriter serialises writes to w (the controllers' stdout and stderr share it).
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
 // createCASecret stores ca as a cert-manager CA Issuer's secret.
 func createCASecret(t *testing.T, ns, name string, ca *testkit.CA) {
 	t.Helper()
-	key, err := ca.PrivateKeyPEM()
+	secret, err := testkit.CAIssuerSecret(ns, name, ca)
 	if err != nil {
 		t.Fatal(err)
-	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Type:       corev1.SecretTypeTLS,
-		Data:       map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: key},
 	}
 	if _, err := kube.CoreV1().Secrets(ns).Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -95,7 +83,7 @@ func createCAIssuer(t *testing.T, ns, secretName string) {
 	t.Helper()
 	issuer := &cmapi.Issuer{
 		ObjectMeta: metav1.ObjectMeta{Name: "test-ca", Namespace: ns},
-		Spec:       cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: secretName}}},
+		Spec:       testkit.CAIssuerSpec(secretName),
 	}
 	if _, err := cm.CertmanagerV1().Issuers(ns).Create(context.Background(), issuer, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -109,12 +97,7 @@ func issuerReady(t *testing.T, ns string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range issuer.Status.Conditions {
-		if c.Type == cmapi.IssuerConditionReady {
-			return c.Status == cmmeta.ConditionTrue
-		}
-	}
-	return false
+	return testkit.IssuerReady(issuer.Status.Conditions)
 }
 
 // readyCAIssuer creates a CA secret and the Issuer test-ca on it, in that order (a failed sync
