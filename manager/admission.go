@@ -3,7 +3,6 @@ package manager
 import (
 	"container/list"
 	"context"
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -166,38 +165,4 @@ func (a *admission) admitLocked() {
 			a.admitLocked()
 		}
 	})
-}
-
-// admit waits for the attempt's admission (see admission), pausing a background attempt's
-// deadline meanwhile. The returned release frees the slot; call it when the attempt is over.
-func (a *attempt) admit(ctx context.Context) (release func(), err error) {
-	m := a.m
-	if release, ok := m.admission.tryAcquire(); ok {
-		return release, nil
-	}
-	if a.deadline != nil {
-		if !a.deadline.pause() {
-			return nil, fmt.Errorf("waiting for issuance admission: %w", errAttemptTimeout)
-		}
-		defer a.deadline.restart()
-	}
-	a.v.logger().V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
-	release, err = m.admission.wait(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("waiting for issuance admission: %w", err)
-	}
-	a.v.logger().V(4).Info("Admitted to issuance")
-	return release, nil
-}
-
-// RateLimit is a token bucket: PerSecond tokens are earned every second, up to Burst.
-type RateLimit struct {
-	// PerSecond is the sustained rate, in tokens per second; it must be greater than zero.
-	PerSecond float64
-	// Burst is how many tokens the bucket holds (and starts with); at least 1.
-	Burst int
-}
-
-func (r *RateLimit) invalid() bool {
-	return r != nil && (!(r.PerSecond > 0) || math.IsInf(r.PerSecond, 0) || r.Burst < 1)
 }

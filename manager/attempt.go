@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/metadata"
 )
+
+// issueTimeout bounds one background issuance attempt, on the injected clock.
+const issueTimeout = 60 * time.Second
 
 // attempt is one issuance attempt of one volume, from the loop or for a caller
 // (ManageVolumeImmediate, a publish).
@@ -294,4 +299,70 @@ func drainRequeue(v *volume) {
 	case <-v.requeue:
 	default:
 	}
+}
+
+// admit waits for the attempt's admission (see admission), pausing a background attempt's
+// deadline meanwhile. The returned release frees the slot; call it when the attempt is over.
+func (a *attempt) admit(ctx context.Context) (release func(), err error) {
+	m := a.m
+	if release, ok := m.admission.tryAcquire(); ok {
+		return release, nil
+	}
+	if a.deadline != nil {
+		if !a.deadline.pause() {
+			return nil, fmt.Errorf("waiting for issuance admission: %w", errAttemptTimeout)
+		}
+		defer a.deadline.restart()
+	}
+	a.v.logger().V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
+	release, err = m.admission.wait(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for issuance admission: %w", err)
+	}
+	a.v.logger().V(4).Info("Admitted to issuance")
+	return release, nil
+}
+
+// attemptContext derives a background attempt's context: it ends with the volume, or after
+// issueTimeout on the injected clock. The returned cancel stops the timer synchronously, so a
+// fake clock shows no stray waiter once the attempt is over.
+func attemptContext(clk clock.Clock, v *volume) (context.Context, *attemptDeadline, func()) {
+	ctx, cancel := context.WithCancelCause(&v.ctx)
+	d := &attemptDeadline{clock: clk, cancel: cancel}
+	d.restart()
+	return ctx, d, func() {
+		d.pause()
+		cancel(nil)
+	}
+}
+
+// attemptDeadline is a background attempt's issueTimeout timer. It is paused while the attempt
+// waits for admission, and restarted in full once the attempt is admitted.
+type attemptDeadline struct {
+	clock  clock.Clock
+	cancel context.CancelCauseFunc
+	mu     sync.Mutex
+	stop   func() bool
+}
+
+// pause stops the timer; it reports false if the deadline has already passed.
+func (d *attemptDeadline) pause() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stop == nil {
+		return true
+	}
+	ok := d.stop()
+	d.stop = nil
+	return ok
+}
+
+// restart arms the timer for a full issueTimeout from now.
+func (d *attemptDeadline) restart() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stop != nil {
+		d.stop()
+	}
+	d.stop = afterFunc(d.clock, issueTimeout, func() { d.cancel(errAttemptTimeout) })
 }

@@ -107,3 +107,14 @@ func renewalSchedule(chain []byte, volumeID string, jitter float64) (time.Time, 
 	}
 	return w.before(certs.RenewalPoint(cert)), w, nil
 }
+
+// hasCertificate reports whether metadata records an issued certificate: a NextIssuanceTime
+// that is set and not zero (ContinueOnNotReady registers a zero time).
+func hasCertificate(meta metadata.Metadata) bool {
+	return meta.NextIssuanceTime != nil && !meta.NextIssuanceTime.IsZero()
+}
+
+// isReady reports whether the metadata records a certificate that is not yet due at now.
+func isReady(meta metadata.Metadata, now time.Time) bool {
+	return meta.NextIssuanceTime != nil && !now.After(*meta.NextIssuanceTime)
+}

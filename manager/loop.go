@@ -1,21 +1,13 @@
 package manager
 
 import (
-	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
-)
-
-const (
-	// issueTimeout bounds one background issuance attempt, on the injected clock.
-	issueTimeout = 60 * time.Second
 )
 
 // loop is the renewal loop of one volume (see the package documentation): it waits until the
@@ -184,79 +176,4 @@ func (l *loop) issue() error {
 		return errStopped
 	}
 	return err
-}
-
-// attemptContext derives a background attempt's context: it ends with the volume, or after
-// issueTimeout on the injected clock. The returned cancel stops the timer synchronously, so a
-// fake clock shows no stray waiter once the attempt is over.
-func attemptContext(clk clock.Clock, v *volume) (context.Context, *attemptDeadline, func()) {
-	ctx, cancel := context.WithCancelCause(&v.ctx)
-	d := &attemptDeadline{clock: clk, cancel: cancel}
-	d.restart()
-	return ctx, d, func() {
-		d.pause()
-		cancel(nil)
-	}
-}
-
-// attemptDeadline is a background attempt's issueTimeout timer. It is paused while the attempt
-// waits for admission, and restarted in full once the attempt is admitted.
-type attemptDeadline struct {
-	clock  clock.Clock
-	cancel context.CancelCauseFunc
-	mu     sync.Mutex
-	stop   func() bool
-}
-
-// pause stops the timer; it reports false if the deadline has already passed.
-func (d *attemptDeadline) pause() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stop == nil {
-		return true
-	}
-	ok := d.stop()
-	d.stop = nil
-	return ok
-}
-
-// restart arms the timer for a full issueTimeout from now.
-func (d *attemptDeadline) restart() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stop != nil {
-		d.stop()
-	}
-	d.stop = afterFunc(d.clock, issueTimeout, func() { d.cancel(errAttemptTimeout) })
-}
-
-// afterFunc calls f, on a goroutine of its own, once d has passed on clk, unless the returned
-// stop is called first (stop reports whether it prevented the call). With a clock that offers
-// AfterFunc no goroutine waits; otherwise one does, and stop ends it.
-func afterFunc(clk clock.Clock, d time.Duration, f func()) (stop func() bool) {
-	if d <= 0 {
-		// Already due: a fake clock that is never stepped would not fire it.
-		go f()
-		return func() bool { return false }
-	}
-	if dc, ok := clk.(clock.WithDelayedExecution); ok {
-		// f runs on its own goroutine: a fake clock calls AfterFunc functions from Step with
-		// its lock held, and f may take a lock whose holder reads the clock.
-		return dc.AfterFunc(d, func() { go f() }).Stop
-	}
-	t := clk.NewTimer(d)
-	done := make(chan struct{})
-	var once sync.Once
-	go func() {
-		select {
-		case <-t.C():
-			f()
-		case <-done:
-		}
-	}()
-	return func() bool {
-		stopped := t.Stop()
-		once.Do(func() { close(done) })
-		return stopped
-	}
 }

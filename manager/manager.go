@@ -248,17 +248,6 @@ func (m *Manager) issueFirst(ctx context.Context, v *volume, meta metadata.Metad
 	return nil
 }
 
-// hasCertificate reports whether metadata records an issued certificate: a NextIssuanceTime
-// that is set and not zero (ContinueOnNotReady registers a zero time).
-func hasCertificate(meta metadata.Metadata) bool {
-	return meta.NextIssuanceTime != nil && !meta.NextIssuanceTime.IsZero()
-}
-
-// isReady reports whether the metadata records a certificate that is not yet due at now.
-func isReady(meta metadata.Metadata, now time.Time) bool {
-	return meta.NextIssuanceTime != nil && !now.After(*meta.NextIssuanceTime)
-}
-
 // UnmanageVolume stops managing a volume. It cancels the volume's loop and any attempt in
 // flight, and returns once none of them can write any more: it waits for a WriteKeypair of this
 // volume that is already running, and for nothing else (a driver function that ignores its

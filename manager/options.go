@@ -244,3 +244,15 @@ func copyBackoff(b *wait.Backoff, def wait.Backoff) *wait.Backoff {
 	c := *b
 	return &c
 }
+
+// RateLimit is a token bucket: PerSecond tokens are earned every second, up to Burst.
+type RateLimit struct {
+	// PerSecond is the sustained rate, in tokens per second; it must be greater than zero.
+	PerSecond float64
+	// Burst is how many tokens the bucket holds (and starts with); at least 1.
+	Burst int
+}
+
+func (r *RateLimit) invalid() bool {
+	return r != nil && (!(r.PerSecond > 0) || math.IsInf(r.PerSecond, 0) || r.Burst < 1)
+}

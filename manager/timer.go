@@ -1,0 +1,39 @@
+package manager
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// afterFunc calls f, on a goroutine of its own, once d has passed on clk, unless the returned
+// stop is called first (stop reports whether it prevented the call). With a clock that offers
+// AfterFunc no goroutine waits; otherwise one does, and stop ends it.
+func afterFunc(clk clock.Clock, d time.Duration, f func()) (stop func() bool) {
+	if d <= 0 {
+		// Already due: a fake clock that is never stepped would not fire it.
+		go f()
+		return func() bool { return false }
+	}
+	if dc, ok := clk.(clock.WithDelayedExecution); ok {
+		// f runs on its own goroutine: a fake clock calls AfterFunc functions from Step with
+		// its lock held, and f may take a lock whose holder reads the clock.
+		return dc.AfterFunc(d, func() { go f() }).Stop
+	}
+	t := clk.NewTimer(d)
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		select {
+		case <-t.C():
+			f()
+		case <-done:
+		}
+	}()
+	return func() bool {
+		stopped := t.Stop()
+		once.Do(func() { close(done) })
+		return stopped
+	}
+}
