@@ -18,11 +18,23 @@ import (
 // issueTimeout bounds one background issuance attempt, on the injected clock.
 const issueTimeout = 60 * time.Second
 
+// issuer makes issuance attempts: it holds what an attempt uses (the options with the driver's
+// functions and the clock, the node's requests, the pending keys, admission) and reports
+// outcomes to the board and the metrics. The Manager embeds it; the loops share it.
+type issuer struct {
+	opts      Options // complete: every default filled in
+	nodeHash  string
+	requests  *requests
+	keys      *pendingKeys
+	admission *admission
+	board     *board
+}
+
 // attempt is one issuance attempt of one volume, from the loop or for a caller
 // (ManageVolumeImmediate, a publish).
 type attempt struct {
-	m *Manager
-	v *volume
+	iss *issuer
+	v   *volume
 	// known is the volume's metadata if the caller read it just before the attempt (a caller
 	// whose volume has no loop yet, so nothing wrote since); nil: the attempt reads it (the loop,
 	// whose own read may predate a wait for the volume's attempt slot).
@@ -58,20 +70,20 @@ func (a *attempt) callDriver(f func()) error {
 //  5. generate the key, the request bundle and the CSR; create the CertificateRequest;
 //  6. wait for it; on success call WriteKeypair and forget the key.
 func (a *attempt) issue(ctx context.Context) error {
-	m, v := a.m, a.v
+	iss, v := a.iss, a.v
 	log := v.logger()
-	m.opts.Metrics.IncrementIssueCallCountTotal(m.nodeHash, v.id)
-	if err := m.requests.waitForSync(ctx); err != nil {
+	iss.opts.Metrics.IncrementIssueCallCountTotal(iss.nodeHash, v.id)
+	if err := iss.requests.waitForSync(ctx); err != nil {
 		return fmt.Errorf("CertificateRequest informer not synced: %w", err)
 	}
 
 	// Step 1.
-	reqs, err := m.requests.forVolume(v.id)
+	reqs, err := iss.requests.forVolume(v.id)
 	if err != nil {
 		return err
 	}
-	for len(reqs) > m.opts.MaxRequestsPerVolume {
-		if err := m.deleteRequest(ctx, log, reqs[0]); err != nil {
+	for len(reqs) > iss.opts.MaxRequestsPerVolume {
+		if err := iss.deleteRequest(ctx, log, reqs[0]); err != nil {
 			return err
 		}
 		reqs = reqs[1:]
@@ -81,7 +93,7 @@ func (a *attempt) issue(ctx context.Context) error {
 	var meta metadata.Metadata
 	if a.known != nil {
 		meta = *a.known
-	} else if meta, err = m.opts.MetadataReader.ReadMetadata(v.id); err != nil {
+	} else if meta, err = iss.opts.MetadataReader.ReadMetadata(v.id); err != nil {
 		return fmt.Errorf("reading metadata: %w", err)
 	}
 
@@ -89,26 +101,26 @@ func (a *attempt) issue(ctx context.Context) error {
 	if n := len(reqs); n > 0 && resumable(reqs[n-1]) {
 		newest := reqs[n-1]
 		reqKey := requestKey(newest.Namespace, newest.Name)
-		key, ok := m.keys.inMemoryKey(reqKey)
+		key, ok := iss.keys.inMemoryKey(reqKey)
 		if !ok {
-			key, ok = m.keys.recover(log, v.id, newest)
+			key, ok = iss.keys.recover(log, v.id, newest)
 		}
 		if ok {
 			log.V(2).Info("Resuming CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
 			return a.waitAndWrite(ctx, meta, newest.Namespace, newest.Name, key)
 		}
-		if err := m.deleteRequest(ctx, log, newest); err != nil {
+		if err := iss.deleteRequest(ctx, log, newest); err != nil {
 			return err
 		}
 	} else {
-		m.keys.removeUnclaimed(log, v.id)
+		iss.keys.removeUnclaimed(log, v.id)
 	}
 
 	// Step 4.
 	if !a.gateOpen {
 		var ready bool
 		var reason string
-		if err := a.callDriver(func() { ready, reason = m.opts.ReadyToRequest(meta) }); err != nil {
+		if err := a.callDriver(func() { ready, reason = iss.opts.ReadyToRequest(meta) }); err != nil {
 			return err
 		}
 		if !ready {
@@ -128,19 +140,19 @@ func (a *attempt) issue(ctx context.Context) error {
 	var client cmclient.Interface
 	var driverErr error
 	if err := a.callDriver(func() {
-		if key, driverErr = m.opts.GeneratePrivateKey(meta); driverErr != nil {
+		if key, driverErr = iss.opts.GeneratePrivateKey(meta); driverErr != nil {
 			driverErr = fmt.Errorf("generating private key: %w", driverErr)
 			return
 		}
-		if bundle, driverErr = m.opts.GenerateRequest(meta); driverErr != nil {
+		if bundle, driverErr = iss.opts.GenerateRequest(meta); driverErr != nil {
 			driverErr = fmt.Errorf("generating certificate request: %w", driverErr)
 			return
 		}
-		if csrPEM, driverErr = m.opts.SignRequest(meta, key, bundle.Request); driverErr != nil {
+		if csrPEM, driverErr = iss.opts.SignRequest(meta, key, bundle.Request); driverErr != nil {
 			driverErr = fmt.Errorf("signing certificate request: %w", driverErr)
 			return
 		}
-		if client, driverErr = m.opts.ClientForMetadata(meta); driverErr != nil {
+		if client, driverErr = iss.opts.ClientForMetadata(meta); driverErr != nil {
 			driverErr = fmt.Errorf("building client for volume: %w", driverErr)
 		}
 	}); err != nil {
@@ -158,14 +170,14 @@ func (a *attempt) issue(ctx context.Context) error {
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("creating CertificateRequest: %w", err)
 	}
-	req := m.requests.build(meta, bundle, csrPEM)
+	req := iss.requests.build(meta, bundle, csrPEM)
 	// Hold the key before the request exists, so an informer event never finds a request of
 	// ours without it.
 	reqKey := requestKey(req.Namespace, req.Name)
-	m.keys.remember(log, v.id, reqKey, key)
-	created, err := m.requests.create(ctx, client, req)
+	iss.keys.remember(log, v.id, reqKey, key)
+	created, err := iss.requests.create(ctx, client, req)
 	if err != nil {
-		m.keys.requestDeleted(reqKey)
+		iss.keys.requestDeleted(reqKey)
 		return err
 	}
 	log.Info("Created CertificateRequest", "request", created.Name, "namespace", created.Namespace)
@@ -175,11 +187,11 @@ func (a *attempt) issue(ctx context.Context) error {
 }
 
 // deleteRequest deletes a stale request of the volume and forgets its key.
-func (m *Manager) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi.CertificateRequest) error {
-	if err := m.requests.delete(ctx, req); err != nil {
+func (iss *issuer) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi.CertificateRequest) error {
+	if err := iss.requests.delete(ctx, req); err != nil {
 		return err
 	}
-	m.keys.requestDeleted(requestKey(req.Namespace, req.Name))
+	iss.keys.requestDeleted(requestKey(req.Namespace, req.Name))
 	log.V(2).Info("Deleted stale CertificateRequest", "request", req.Name, "namespace", req.Namespace)
 	return nil
 }
@@ -188,19 +200,19 @@ func (m *Manager) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi
 // (unless the volume was unmanaged meanwhile), forgets the key and shows the new certificate on
 // the board.
 func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, namespace, name string, key any) error {
-	m, v := a.m, a.v
+	iss, v := a.iss, a.v
 	reqKey := requestKey(namespace, name)
-	req, finished, err := m.requests.wait(ctx, namespace, name)
+	req, finished, err := iss.requests.wait(ctx, namespace, name)
 	if err != nil {
 		if finished {
 			// Denied, failed or deleted: the key is of no further use.
-			m.keys.drop(reqKey)
+			iss.keys.drop(reqKey)
 		}
 		return err
 	}
-	nit, window, err := renewalSchedule(req.Status.Certificate, v.id, m.opts.RenewalJitter)
+	nit, window, err := renewalSchedule(req.Status.Certificate, v.id, iss.opts.RenewalJitter)
 	if err != nil {
-		m.keys.drop(reqKey)
+		iss.keys.drop(reqKey)
 		return fmt.Errorf("CertificateRequest %s/%s: %w", namespace, name, err)
 	}
 	// A driver that persists no NextIssuanceTime keeps none in its metadata: its renewals are
@@ -214,7 +226,7 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, name
 		return errStopped
 	}
 	var writeErr error
-	stopErr := a.callDriver(func() { writeErr = m.opts.WriteKeypair(meta, key, req.Status.Certificate, req.Status.CA) })
+	stopErr := a.callDriver(func() { writeErr = iss.opts.WriteKeypair(meta, key, req.Status.Certificate, req.Status.CA) })
 	v.fence.Unlock()
 	if stopErr != nil {
 		return stopErr
@@ -222,17 +234,17 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, name
 	if writeErr != nil {
 		return fmt.Errorf("writing key pair: %w", writeErr)
 	}
-	m.keys.drop(reqKey)
-	now := m.opts.Clock.Now()
+	iss.keys.drop(reqKey)
+	now := iss.opts.Clock.Now()
 	v.lastWrite.Store(&keypairWrite{at: now, handed: nit, window: window})
 	if !nit.After(now) {
 		v.logger().Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
 			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)
 	}
 	if firstCertificate {
-		m.opts.Metrics.ObservePublishToFirstCertificate(m.nodeHash, m.opts.Clock.Since(v.managedAt))
+		iss.opts.Metrics.ObservePublishToFirstCertificate(iss.nodeHash, iss.opts.Clock.Since(v.managedAt))
 	}
-	m.board.certificateWritten(v, namespace, name, req.Status.Certificate, firstCertificate)
+	iss.board.certificateWritten(v, namespace, name, req.Status.Certificate, firstCertificate)
 	return nil
 }
 
@@ -242,14 +254,14 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, name
 // meta is the volume's metadata as the caller just read it; gateOpen says the caller asked the
 // gate already. Every error it returns counts as an issuance error, the gate's refusal and the
 // caller's deadline included.
-func (m *Manager) issueForCaller(ctx context.Context, v *volume, meta metadata.Metadata, gateOpen bool) error {
+func (iss *issuer) issueForCaller(ctx context.Context, v *volume, meta metadata.Metadata, gateOpen bool) error {
 	drainRequeue(v)
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(&v.ctx, func() { cancel(errStopped) })
-	err := (&attempt{m: m, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
+	err := (&attempt{iss: iss, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
 	stop()
 	cancel(nil)
-	m.recordOutcome(v, err, true, 0)
+	iss.recordOutcome(v, err, true, 0)
 	return err
 }
 
@@ -258,29 +270,29 @@ func (m *Manager) issueForCaller(ctx context.Context, v *volume, meta metadata.M
 // whose caller sees it as one. next is when the loop attempts again (unused for a caller's
 // attempt: kubelet retries the publish). A failure of a volume unmanaged meanwhile is logged and
 // counted but not shown.
-func (m *Manager) recordOutcome(v *volume, err error, forCaller bool, next time.Duration) {
+func (iss *issuer) recordOutcome(v *volume, err error, forCaller bool, next time.Duration) {
 	log := v.logger()
 	switch {
 	case err == nil:
 		log.V(2).Info("Certificate issued")
 	case errors.Is(err, ErrNotReadyToRequest):
 		log.V(4).Info("Not ready to request a certificate yet", "reason", err.Error())
-		m.opts.Metrics.IncrementGatePendingCountTotal(m.nodeHash, v.id)
+		iss.opts.Metrics.IncrementGatePendingCountTotal(iss.nodeHash, v.id)
 		if forCaller {
-			m.opts.Metrics.IncrementIssueErrorCountTotal(m.nodeHash, v.id)
+			iss.opts.Metrics.IncrementIssueErrorCountTotal(iss.nodeHash, v.id)
 		}
-		m.board.gatePending(v, gateReason(err))
+		iss.board.gatePending(v, gateReason(err))
 	default:
 		log.Error(err, "Issuance attempt failed")
-		m.opts.Metrics.IncrementIssueErrorCountTotal(m.nodeHash, v.id)
+		iss.opts.Metrics.IncrementIssueErrorCountTotal(iss.nodeHash, v.id)
 		if v.ctx.Err() != nil {
 			return
 		}
 		when := "when kubelet retries the mount"
 		if !forCaller {
-			when = describeDelay(m.opts.Clock.Now(), next)
+			when = describeDelay(iss.opts.Clock.Now(), next)
 		}
-		m.board.attemptFailed(v, err, when)
+		iss.board.attemptFailed(v, err, when)
 	}
 }
 
@@ -304,8 +316,8 @@ func drainRequeue(v *volume) {
 // admit waits for the attempt's admission (see admission), pausing a background attempt's
 // deadline meanwhile. The returned release frees the slot; call it when the attempt is over.
 func (a *attempt) admit(ctx context.Context) (release func(), err error) {
-	m := a.m
-	if release, ok := m.admission.tryAcquire(); ok {
+	iss := a.iss
+	if release, ok := iss.admission.tryAcquire(); ok {
 		return release, nil
 	}
 	if a.deadline != nil {
@@ -315,7 +327,7 @@ func (a *attempt) admit(ctx context.Context) (release func(), err error) {
 		defer a.deadline.restart()
 	}
 	a.v.logger().V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
-	release, err = m.admission.wait(ctx)
+	release, err = iss.admission.wait(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for issuance admission: %w", err)
 	}

@@ -2,11 +2,15 @@
 //
 // For each managed volume the Manager runs one renewal loop:
 //
-//  1. Wait until due: the volume's NextIssuanceTime is nil, zero or not after Clock.Now().
-//     While not due a volume costs nothing: no storage reads and no ticks, only one timer on the
-//     injected clock. Requeue, UnmanageVolume and Stop end the wait early. After a success,
-//     the publish's own included, the volume is not attempted again for one second on the
-//     injected clock, even if the new certificate is already due and even after a Requeue.
+//  1. Wait until due. One place decides it on every path (renewalPoint and untilDue): the
+//     NextIssuanceTime the driver persisted, when it is set and not zero, whether it is earlier
+//     or later than the library's default (with RenewalJitter, a draw in the window before it);
+//     the default handed to WriteKeypair when the driver persisted none after a success; at
+//     once when the volume has no certificate. While not due a volume costs nothing: no storage
+//     reads and no ticks, only one timer on the injected clock. Requeue, UnmanageVolume and Stop
+//     end the wait early. After a success, the publish's own included, the volume is not
+//     attempted again for one second on the injected clock, even if the new certificate is
+//     already due and even after a Requeue.
 //  2. Attempt one issuance, with a 60 s deadline on the injected clock. Attempts for different
 //     volumes run concurrently; attempts for one volume never overlap.
 //  3. Classify the outcome. Success resets both backoffs. ErrNotReadyToRequest (the driver's
@@ -59,22 +63,26 @@
 //
 // Each piece of state has one owner, with its own lock; the Manager points to them:
 //
-//	Manager ── opts, clock, lifetime (the context Stop ends; the goroutines Stop waits for)
+//	Manager ── lifetime (the context Stop ends; the goroutines Stop waits for)
 //	  ├─ registry    the managed volumes by ID and by pod            (the Manager's one mutex)
 //	  │    └─ volume  one registration: its context, Requeue, last write, write fence
 //	  │         └─ loop  wait until due → attempt → wait by outcome   (state on its goroutine)
-//	  ├─ requests    the informer on the node's CertificateRequests: find, build, create,
-//	  │              wait for, delete; creation order; the waiters its events wake
-//	  ├─ keys        pendingKeys: private keys of submitted requests, in memory and on disk
-//	  │              (the only writer of key files); keys the start-up sweep kept
-//	  ├─ admission   slots and the rate-limit bucket, first come, first served
-//	  └─ board       each volume's state for the gauge, its Events, overdue/expiry timers
-//	       └─ podConditions  with Options.PodCondition: each pod's volumes, what its
-//	                         condition should be and what it carries; a queue that writes it
+//	  └─ issuer      (embedded) the options with the driver's functions and the clock, and
+//	       │         what every attempt uses:
+//	       ├─ requests    the informer on the node's CertificateRequests: find, build, create,
+//	       │              wait for, delete; creation order; the waiters its events wake
+//	       ├─ keys        pendingKeys: private keys of submitted requests, in memory and on
+//	       │              disk (the only writer of key files); keys the start-up sweep kept
+//	       ├─ admission   slots and the rate-limit bucket, first come, first served
+//	       └─ board       each volume's state for the gauge, its Events, overdue/expiry timers
+//	            └─ podConditions  with Options.PodCondition: each pod's volumes, what its
+//	                              condition should be and what it carries; a queue that writes it
 //
 // What calls what: the public methods register a volume and start its loop; a loop or a
-// caller runs an attempt; the attempt asks requests, keys and admission, and tells the board
-// what became of it (recordOutcome, certificateWritten). The informer's delete events reach
-// keys through requests (requestDeleted). Owners never call the Manager, except the timer that
-// ends the kept keys' grace period (expireSweptKeys), which registers with Stop.
+// caller runs an attempt on the issuer; the attempt asks requests, keys and admission, and
+// tells the board what became of it (recordOutcome, certificateWritten). A loop reaches the
+// registry only through registrations (noting a volume's metadata, dropping a volume whose
+// metadata is gone). The informer's delete events reach keys through requests
+// (requestDeleted). Owners never call the Manager, except the timer that ends the kept keys'
+// grace period (expireSweptKeys), which registers with Stop.
 package manager

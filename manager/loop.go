@@ -13,37 +13,46 @@ import (
 // loop is the renewal loop of one volume (see the package documentation): it waits until the
 // volume is due, makes an attempt, and waits again by the outcome's class, on its own backoffs.
 type loop struct {
-	m  *Manager
-	v  *volume
-	tr *tracked // the loop goroutine's registration with Stop
+	iss *issuer
+	reg registrations
+	v   *volume
+	tr  *tracked // the loop goroutine's registration with Stop
 	// renewal and gate are working copies of the configured backoffs; resetting one copies its
 	// template again.
 	renewal, gate wait.Backoff
 }
 
+// registrations is what a loop needs of the manager's volume table: to note what a volume's
+// metadata says (its pod, whether it has a certificate), and to drop a volume whose metadata is
+// gone (false if it was no longer registered).
+type registrations interface {
+	noteMetadata(v *volume, meta metadata.Metadata)
+	unregister(v *volume) bool
+}
+
 // runLoop runs a volume's loop; the loop's state lives on the goroutine's stack.
-func runLoop(m *Manager, v *volume, tr *tracked, known *metadata.Metadata) {
-	l := loop{m: m, v: v, tr: tr, renewal: *m.opts.RenewalBackoffConfig, gate: *m.opts.GateBackoffConfig}
+func runLoop(iss *issuer, reg registrations, v *volume, tr *tracked, known *metadata.Metadata) {
+	l := loop{iss: iss, reg: reg, v: v, tr: tr, renewal: *iss.opts.RenewalBackoffConfig, gate: *iss.opts.GateBackoffConfig}
 	l.run(known)
 }
 
 // run runs the loop until the volume is unmanaged or the manager stops. known, if non-nil, is
 // the volume's metadata, just read.
 func (l *loop) run(known *metadata.Metadata) {
-	m, v := l.m, l.v
+	iss, v := l.iss, l.v
 	defer l.tr.done()
 	for {
 		var meta metadata.Metadata
 		var err error
 		if known != nil {
 			meta, known = *known, nil
-		} else if meta, err = m.opts.MetadataReader.ReadMetadata(v.id); err == nil {
-			m.noteMetadata(v, meta)
+		} else if meta, err = iss.opts.MetadataReader.ReadMetadata(v.id); err == nil {
+			l.reg.noteMetadata(v, meta)
 		}
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
 			v.logger().Info("Volume metadata is gone; no longer managing the volume")
-			m.unregister(v)
+			l.reg.unregister(v)
 			v.ctx.cancel()
 			return
 		case err != nil:
@@ -56,9 +65,9 @@ func (l *loop) run(known *metadata.Metadata) {
 		}
 		last := v.lastWrite.Load()
 		if renewAt, ok := renewalPoint(meta, last); ok {
-			m.board.watchCertificate(v, renewAt)
+			iss.board.watchCertificate(v, renewAt)
 		}
-		if wait := untilDue(meta, last, m.opts.Clock.Now()); wait > 0 {
+		if wait := untilDue(meta, last, iss.opts.Clock.Now()); wait > 0 {
 			if !l.sleep(wait, waitUntilDue) {
 				return
 			}
@@ -73,15 +82,15 @@ func (l *loop) run(known *metadata.Metadata) {
 		kind := waitAfterError
 		switch {
 		case outcome == nil:
-			l.renewal, l.gate = *m.opts.RenewalBackoffConfig, *m.opts.GateBackoffConfig
+			l.renewal, l.gate = *iss.opts.RenewalBackoffConfig, *iss.opts.GateBackoffConfig
 		case errors.Is(outcome, ErrNotReadyToRequest):
 			delay, kind = l.gate.Step(), waitGatePending
-			l.renewal = *m.opts.RenewalBackoffConfig
+			l.renewal = *iss.opts.RenewalBackoffConfig
 		default:
 			delay = l.renewal.Step()
-			l.gate = *m.opts.GateBackoffConfig
+			l.gate = *iss.opts.GateBackoffConfig
 		}
-		m.recordOutcome(v, outcome, false, delay)
+		iss.recordOutcome(v, outcome, false, delay)
 		if outcome == nil {
 			continue
 		}
@@ -110,7 +119,7 @@ const (
 // sleep waits for d on the injected clock; kind says what may end it early. It returns false
 // if the volume was unmanaged or the manager stopped. A delay of zero or less does not wait.
 func (l *loop) sleep(d time.Duration, kind waitKind) bool {
-	v, poll := l.v, l.m.opts.GatePollInterval
+	v, poll := l.v, l.iss.opts.GatePollInterval
 	var requeue <-chan struct{}
 	if kind != waitAfterError {
 		requeue = v.requeue
@@ -120,7 +129,7 @@ func (l *loop) sleep(d time.Duration, kind waitKind) bool {
 		if kind == waitGatePending && poll > 0 && d > poll {
 			step, polling = poll, true
 		}
-		t := l.m.opts.Clock.NewTimer(step)
+		t := l.iss.opts.Clock.NewTimer(step)
 		select {
 		case <-t.C():
 		case <-requeue:
@@ -151,11 +160,11 @@ func (l *loop) sleep(d time.Duration, kind waitKind) bool {
 // manager stopped while the gate ran.
 func (l *loop) gateOpens() (open, alive bool) {
 	v := l.v
-	meta, err := l.m.opts.MetadataReader.ReadMetadata(v.id)
+	meta, err := l.iss.opts.MetadataReader.ReadMetadata(v.id)
 	if err != nil {
 		return false, v.ctx.Err() == nil
 	}
-	if !l.tr.outside(func() { open, _ = l.m.opts.ReadyToRequest(meta) }) {
+	if !l.tr.outside(func() { open, _ = l.iss.opts.ReadyToRequest(meta) }) {
 		return false, false
 	}
 	return open, v.ctx.Err() == nil
@@ -167,8 +176,8 @@ func (l *loop) gateOpens() (open, alive bool) {
 func (l *loop) issue() error {
 	v := l.v
 	drainRequeue(v)
-	ctx, deadline, cancel := attemptContext(l.m.opts.Clock, v)
-	err := (&attempt{m: l.m, v: v, tr: l.tr, deadline: deadline}).issue(ctx)
+	ctx, deadline, cancel := attemptContext(l.iss.opts.Clock, v)
+	err := (&attempt{iss: l.iss, v: v, tr: l.tr, deadline: deadline}).issue(ctx)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
 	cancel()

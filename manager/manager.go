@@ -17,18 +17,14 @@ import (
 // Manager obtains and renews certificates for the volumes it manages. Create it with NewManager;
 // all methods are safe for concurrent use.
 type Manager struct {
-	opts     Options // complete: every default filled in
+	// issuer makes the attempts, for the callers' publishes and for the loops.
+	issuer
 	log      logr.Logger
-	nodeHash string
 	life     *lifetime // the context Stop ends, and the goroutines Stop waits for
 	stopOnce sync.Once
 
 	// registry is the set of managed volumes; its mutex is the Manager's own.
-	registry  registry
-	requests  *requests
-	keys      *pendingKeys
-	admission *admission
-	board     *board
+	registry registry
 }
 
 // NewManager validates opts, starts the informer on the node's CertificateRequests, waits for
@@ -42,12 +38,10 @@ func NewManager(opts Options) (*Manager, error) {
 	nodeHash := util.HashIdentifier(opts.NodeID)
 	log := opts.Log.WithName("manager")
 	m := &Manager{
-		opts:     opts,
+		issuer:   issuer{opts: opts, nodeHash: nodeHash, keys: newPendingKeys(log, opts.MetadataReader)},
 		log:      log,
-		nodeHash: nodeHash,
 		life:     newLifetime(),
 		registry: registry{byID: make(map[string]*volume), byPod: make(map[types.UID][]string)},
-		keys:     newPendingKeys(log, opts.MetadataReader),
 	}
 	m.admission = newAdmission(opts,
 		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
@@ -158,7 +152,7 @@ func (m *Manager) startLoop(v *volume, known *metadata.Metadata) {
 	if tr == nil {
 		return
 	}
-	go runLoop(m, v, tr, known)
+	go runLoop(&m.issuer, m, v, tr, known)
 }
 
 // ManageVolume starts managing a volume in the background: its loop issues a certificate when
