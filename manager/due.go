@@ -19,8 +19,9 @@ type keypairWrite struct {
 	// handed is the NextIssuanceTime handed to WriteKeypair: the certificate's default renewal
 	// point, moved into its jitter window.
 	handed time.Time
-	// window is the certificate's jitter window.
-	window renewalWindow
+	// window is the certificate's jitter window; nil without RenewalJitter, so that a volume
+	// pays for it only when jitter is on.
+	window *renewalWindow
 }
 
 // untilDue is how long until a volume with this metadata is due for an attempt at now (zero or
@@ -74,14 +75,14 @@ func (w *keypairWrite) renewalAt(p time.Time) time.Time {
 // moves earlier by fraction·jitter·(p − NotBefore).
 type renewalWindow struct {
 	notBefore time.Time
-	jitter    float64 // Options.RenewalJitter; zero: no window
+	jitter    float64 // Options.RenewalJitter, above zero
 	fraction  float64 // the certificate's draw, in [0, 1)
 }
 
-// before is the draw's place in the window before p; p itself without jitter, or when p is not
-// after NotBefore.
-func (w renewalWindow) before(p time.Time) time.Time {
-	if w.jitter <= 0 || !p.After(w.notBefore) {
+// before is the draw's place in the window before p; p itself without a window, or when p is
+// not after NotBefore.
+func (w *renewalWindow) before(p time.Time) time.Time {
+	if w == nil || !p.After(w.notBefore) {
 		return p
 	}
 	window := time.Duration(w.jitter * float64(p.Sub(w.notBefore)))
@@ -89,23 +90,28 @@ func (w renewalWindow) before(p time.Time) time.Time {
 }
 
 // renewalSchedule returns a new certificate's default next issuance time, the renewal point R
-// (certs.RenewalPoint) placed in its window, and the window. The draw depends only on the volume
-// ID and the certificate's serial number, so a restart computes the same.
-func renewalSchedule(chain []byte, volumeID string, jitter float64) (time.Time, renewalWindow, error) {
+// (certs.RenewalPoint) placed in its window, and the window (nil without jitter). The draw
+// depends only on the volume ID and the certificate's serial number, so a restart computes the
+// same.
+func renewalSchedule(chain []byte, volumeID string, jitter float64) (time.Time, *renewalWindow, error) {
 	cert, err := certs.ParseLeaf(chain)
 	if err != nil {
-		return time.Time{}, renewalWindow{}, err
+		return time.Time{}, nil, err
 	}
-	w := renewalWindow{notBefore: cert.NotBefore}
-	if jitter > 0 {
-		h := fnv.New64a()
-		h.Write([]byte(volumeID))
-		h.Write([]byte{0})
-		h.Write(cert.SerialNumber.Bytes())
-		w.jitter = jitter
-		w.fraction = float64(h.Sum64()>>11) / (1 << 53) // uniform in [0, 1)
+	r := certs.RenewalPoint(cert)
+	if jitter <= 0 {
+		return r, nil, nil
 	}
-	return w.before(certs.RenewalPoint(cert)), w, nil
+	h := fnv.New64a()
+	h.Write([]byte(volumeID))
+	h.Write([]byte{0})
+	h.Write(cert.SerialNumber.Bytes())
+	w := &renewalWindow{
+		notBefore: cert.NotBefore,
+		jitter:    jitter,
+		fraction:  float64(h.Sum64()>>11) / (1 << 53), // uniform in [0, 1)
+	}
+	return w.before(r), w, nil
 }
 
 // hasCertificate reports whether metadata records an issued certificate: a NextIssuanceTime
