@@ -60,7 +60,7 @@ type node struct {
 	bins    string // kubelet, kube-controller-manager
 	procs   []*process
 	sysctls map[string]string
-	cgroups []string // the cgroup root in every v1 hierarchy, as created
+	cgroups []string // the cgroup root in every v1 hierarchy (created) and the unified one (kubelet's)
 	// createdDirs are the toolDirs that did not exist before the node started.
 	createdDirs []string
 	log         func(format string, args ...any)
@@ -110,7 +110,7 @@ func checkMachine(bins string) error {
 		}
 		_ = l.Close()
 	}
-	for _, h := range cgroupHierarchies() {
+	for _, h := range append(cgroupHierarchies(), cgroup2Hierarchies()...) {
 		if _, err := os.Stat(filepath.Join(h, cgroupRootName)); err == nil {
 			return fmt.Errorf("cgroup %s already exists: another node runs, or a run was killed before removing it", filepath.Join(h, cgroupRootName))
 		}
@@ -122,7 +122,14 @@ func checkMachine(bins string) error {
 const cniBinDir = "/usr/lib/cni"
 
 // cgroupHierarchies are the mounted cgroup v1 hierarchies (one directory each).
-func cgroupHierarchies() []string {
+func cgroupHierarchies() []string { return cgroupMounts("cgroup") }
+
+// cgroup2Hierarchies are the mounted cgroup v2 hierarchies: on a hybrid machine kubelet also
+// creates its cgroup root in the unified one.
+func cgroup2Hierarchies() []string { return cgroupMounts("cgroup2") }
+
+// cgroupMounts are the mount points of the filesystems of type fstype.
+func cgroupMounts(fstype string) []string {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -131,7 +138,7 @@ func cgroupHierarchies() []string {
 	for _, line := range strings.Split(string(data), "\n") {
 		fields := strings.Fields(line)
 		sep := slices.Index(fields, "-")
-		if sep < 0 || sep+1 >= len(fields) || fields[sep+1] != "cgroup" {
+		if sep < 0 || sep+1 >= len(fields) || fields[sep+1] != fstype {
 			continue
 		}
 		out = append(out, fields[4])
@@ -418,6 +425,11 @@ func (n *node) createCgroupRoot() error {
 	}
 	if len(n.cgroups) == 0 {
 		return errors.New("no cgroup v1 hierarchy is mounted")
+	}
+	// Kubelet creates the same root in a unified hierarchy; the check before the start saw none
+	// there, so what the removal finds is this node's.
+	for _, h := range cgroup2Hierarchies() {
+		n.cgroups = append(n.cgroups, filepath.Join(h, cgroupRootName))
 	}
 	return nil
 }
