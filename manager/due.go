@@ -61,6 +61,21 @@ func renewalPoint(meta metadata.Metadata, last *keypairWrite) (time.Time, bool) 
 	}
 }
 
+// heldTo is the renewal point a volume's certificate is held to for Events and the state gauge
+// (overdue after it): the NextIssuanceTime the driver persisted, as it is, or the default handed
+// to WriteKeypair when the driver persisted none; false: no certificate. The jitter window of
+// renewalPoint only spreads when attempts start, so it is not applied here.
+func heldTo(meta metadata.Metadata, last *keypairWrite) (time.Time, bool) {
+	switch {
+	case hasCertificate(meta):
+		return *meta.NextIssuanceTime, true
+	case last != nil:
+		return last.handed, true
+	default:
+		return time.Time{}, false
+	}
+}
+
 // renewalAt is when the volume is due given the renewal point p that the driver persisted: p
 // itself if it is what WriteKeypair was handed (already in the window), else the certificate's
 // draw in the window before p.

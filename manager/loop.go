@@ -64,7 +64,7 @@ func (l *loop) run(known *metadata.Metadata) {
 			continue
 		}
 		last := v.lastWrite.Load()
-		if renewAt, ok := renewalPoint(meta, last); ok {
+		if renewAt, ok := heldTo(meta, last); ok {
 			iss.board.watchCertificate(v, renewAt)
 		}
 		if wait := untilDue(meta, last, iss.opts.Clock.Now()); wait > 0 {
