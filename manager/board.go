@@ -2,7 +2,6 @@ package manager
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,10 +41,13 @@ const (
 const GatePendingEventAfter = 10 * time.Second
 
 // board is what the manager shows of its volumes: each volume's state in the
-// certmanager_csi_volumes gauge, the Events on its Pod, and the timers that notice a
-// certificate overdue or expired. The timers are armed only when someone listens (events or the
-// state gauge), so by default a volume has none.
+// certmanager_csi_volumes gauge, the Events on its Pod, its pod's condition, and the timers that
+// notice a certificate overdue or expired. The timers are armed only when someone listens
+// (events, the state gauge or the pod condition), so by default a volume has none. What it shows
+// of a volume lives in the volume table, under the table's lock; the board changes it only
+// through the table, so nothing is shown of a volume that is not registered.
 type board struct {
+	table    *volumeTable
 	clock    clock.Clock
 	recorder record.EventRecorder // nil: no events
 	metrics  *metrics.Metrics
@@ -56,23 +58,11 @@ type board struct {
 	notAfterOf func(volumeID string) time.Time
 	// conditions keeps the pods' PodCondition; nil without one.
 	conditions *podConditions
-
-	mu     sync.Mutex
-	counts map[string]int // listed volumes by state
 }
 
-// shownVolume is what the board keeps of one volume. Guarded by board.mu.
-type shownVolume struct {
-	// listed is true from add to remove; removed once remove ran (a late add does nothing).
-	listed, removed bool
-	pod             *corev1.ObjectReference // for events; nil without pod name, namespace and UID
-	status          volumeStatus
-	// watch exists only when the board watches certificates (see watching).
-	watch *certificateWatch
-}
-
-func newBoard(o Options, nodeHash string, notAfterOf func(string) time.Time, conditions *podConditions) *board {
+func newBoard(o Options, table *volumeTable, nodeHash string, notAfterOf func(string) time.Time, conditions *podConditions) *board {
 	return &board{
+		table:      table,
 		clock:      o.Clock,
 		recorder:   o.EventRecorder,
 		metrics:    o.Metrics,
@@ -80,139 +70,72 @@ func newBoard(o Options, nodeHash string, notAfterOf func(string) time.Time, con
 		watching:   o.EventRecorder != nil || o.Metrics.VolumeStateGaugeEnabled() || conditions != nil,
 		notAfterOf: notAfterOf,
 		conditions: conditions,
-		counts:     make(map[string]int),
 	}
 }
 
-// outcome is the class of a volume's last attempt, for its state.
-type outcome int
-
-const (
-	outcomeNone outcome = iota
-	outcomeGatePending
-	outcomeFailed
-)
-
-// volumeStatus is what a volume's state in certmanager_csi_volumes is derived from.
-type volumeStatus struct {
-	hasCertificate   bool
-	last             outcome
-	overdue, expired bool
-}
-
-// state names the volume's state (metrics.VolumeStates); the worst condition wins.
-func (s volumeStatus) state() string {
-	switch {
-	case s.expired:
-		return "expired"
-	case s.overdue:
-		return "overdue"
-	case s.last == outcomeFailed:
-		return "failing"
-	case s.last == outcomeGatePending:
-		return "gate_pending"
-	case s.hasCertificate:
-		return "issued"
-	default:
-		return "pending"
-	}
-}
-
-// certificateWatch is what the board knows of the certificate in a volume, and the timers that
-// fire when it becomes overdue and when it expires.
-type certificateWatch struct {
-	notAfter time.Time
-	// expiryUnknown: the volume has a certificate from before a restart whose expiry could not
-	// be learned (its request is gone); it counts as valid.
-	expiryUnknown bool
-	renewAt       time.Time // the renewal time the timers were armed for
-	generation    uint64    // changes with every certificate written; stale timers do nothing
-	stops         []func() bool
-	// gatePendingSince is when the gate started saying "not yet"; zero when it is not.
-	gatePendingSince time.Time
-	gateEventSent    bool
-}
-
-// add lists a registered volume in the state counts.
-func (b *board) add(v *volume) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if v.shown.removed || v.shown.listed {
-		return
-	}
-	v.shown.listed = true
-	b.counts[v.shown.status.state()]++
-	b.publishStatesLocked()
-}
-
-// remove takes an unregistered volume off the counts and stops its timers.
-func (b *board) remove(v *volume) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	v.shown.removed = true
-	if v.shown.listed {
-		v.shown.listed = false
-		b.counts[v.shown.status.state()]--
-		b.publishStatesLocked()
-		if b.conditions != nil && v.shown.pod != nil {
-			b.conditions.removeVolume(v.shown.pod, v.id)
+// stateGauge returns what sets the certmanager_csi_volumes gauge from the volume table's counts
+// (which the table passes under its lock whenever they change); it does nothing unless the gauge
+// is enabled.
+func stateGauge(m *metrics.Metrics, nodeHash string) func(counts map[string]int) {
+	return func(counts map[string]int) {
+		if !m.VolumeStateGaugeEnabled() {
+			return
 		}
+		copied := make(map[string]int, len(metrics.VolumeStates))
+		for k, n := range counts {
+			copied[k] = n
+		}
+		m.SetVolumeStates(nodeHash, copied)
 	}
-	b.stopWatchLocked(v)
+}
+
+// forget stops showing a volume the table is removing: its share of its pod's condition and
+// its timers. The table's lock is held.
+func (b *board) forget(v *volume, shown *shownVolume) {
+	if ref := v.podRef.Load(); b.conditions != nil && ref != nil {
+		b.conditions.removeVolume(ref, v.id)
+	}
+	stopWatch(shown.watch)
 }
 
 // stopWatches stops the volumes' timers; their counts stay.
 func (b *board) stopWatches(vols []*volume) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	for _, v := range vols {
-		b.stopWatchLocked(v)
+		b.table.update(v, func(s *shownVolume) { stopWatch(s.watch) })
 	}
 }
 
 // noteMetadata learns the volume's Pod from its metadata (once) and whether it has a
 // certificate.
 func (b *board) noteMetadata(v *volume, meta metadata.Metadata) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !v.shown.listed {
-		return
+	if v.podRef.Load() == nil {
+		if ref := podReference(meta); ref != nil {
+			v.podRef.CompareAndSwap(nil, ref)
+		}
 	}
-	if hasCertificate(meta) && !v.shown.status.hasCertificate {
-		b.updateStatusLocked(v, func(s *volumeStatus) { s.hasCertificate = true })
-	}
-	if v.shown.pod == nil {
-		v.shown.pod = podReference(meta)
-	}
-	b.showConditionLocked(v)
+	b.table.update(v, func(s *shownVolume) {
+		if hasCertificate(meta) {
+			s.status.hasCertificate = true
+		}
+		b.showConditionLocked(v, s)
+	})
 }
 
-// updateStatusLocked changes a volume's status and keeps the state counts and the gauge in
-// step. b.mu is held.
-func (b *board) updateStatusLocked(v *volume, change func(*volumeStatus)) {
-	before := v.shown.status.state()
-	change(&v.shown.status)
-	if after := v.shown.status.state(); after != before && v.shown.listed {
-		b.counts[before]--
-		b.counts[after]++
-		b.publishStatesLocked()
-	}
-	b.showConditionLocked(v)
-}
-
-// showConditionLocked tells the pod conditions what the volume contributes now. b.mu is held.
-func (b *board) showConditionLocked(v *volume) {
-	if b.conditions == nil || !v.shown.listed || v.shown.pod == nil {
+// showConditionLocked tells the pod conditions what the volume contributes now. The table's
+// lock is held.
+func (b *board) showConditionLocked(v *volume, s *shownVolume) {
+	ref := v.podRef.Load()
+	if b.conditions == nil || ref == nil {
 		return
 	}
-	b.conditions.setVolume(v.shown.pod, v.id, b.validityLocked(v), v.resumed)
+	b.conditions.setVolume(ref, v.id, b.validityLocked(s), v.resumed)
 }
 
 // validityLocked is what the volume contributes to its pod's condition at this instant: a
 // certificate within the expiry margin of its NotAfter counts as expired, whether or not a timer
-// has fired yet. b.conditions is set and b.mu is held.
-func (b *board) validityLocked(v *volume) volumeValidity {
-	s, w := v.shown.status, v.shown.watch
+// has fired yet. b.conditions is set and the table's lock is held.
+func (b *board) validityLocked(shown *shownVolume) volumeValidity {
+	s, w := shown.status, shown.watch
 	switch {
 	case s.expired:
 		return PodConditionReasonExpired
@@ -234,24 +157,6 @@ func (b *board) validityLocked(v *volume) volumeValidity {
 	}
 }
 
-// publishStates sets the state gauge from the counts.
-func (b *board) publishStates() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.publishStatesLocked()
-}
-
-func (b *board) publishStatesLocked() {
-	if !b.metrics.VolumeStateGaugeEnabled() {
-		return
-	}
-	counts := make(map[string]int, len(metrics.VolumeStates))
-	for k, n := range b.counts {
-		counts[k] = n
-	}
-	b.metrics.SetVolumeStates(b.nodeHash, counts)
-}
-
 // podReference names the volume's Pod from its volume context; nil when name, namespace or UID
 // is missing (no event is recorded then).
 func podReference(meta metadata.Metadata) *corev1.ObjectReference {
@@ -267,13 +172,8 @@ func podReference(meta metadata.Metadata) *corev1.ObjectReference {
 // recordEvent records an event on the volume's Pod, if there is a recorder and a Pod. Messages
 // are built from the manager's own texts: never a key, a token or a CSR.
 func (b *board) recordEvent(v *volume, eventType, reason, format string, args ...any) {
-	if b.recorder == nil {
-		return
-	}
-	b.mu.Lock()
-	ref := v.shown.pod
-	b.mu.Unlock()
-	if ref == nil {
+	ref := v.podRef.Load()
+	if b.recorder == nil || ref == nil {
 		return
 	}
 	b.recorder.Eventf(ref, eventType, reason, format, args...)
@@ -286,15 +186,16 @@ func (b *board) certificateWritten(v *volume, namespace, name string, chain []by
 	if leaf, err := certs.ParseLeaf(chain); err == nil {
 		notAfter = leaf.NotAfter
 	}
-	b.mu.Lock()
-	if w := b.watchLocked(v); w != nil {
-		w.notAfter, w.expiryUnknown = notAfter, notAfter.IsZero()
-		w.generation++
-		b.stopWatchLocked(v)
-		w.gatePendingSince, w.gateEventSent = time.Time{}, false
-	}
-	b.updateStatusLocked(v, func(s *volumeStatus) { *s = volumeStatus{hasCertificate: true} })
-	b.mu.Unlock()
+	b.table.update(v, func(s *shownVolume) {
+		if w := b.watch(s); w != nil {
+			w.notAfter, w.expiryUnknown = notAfter, notAfter.IsZero()
+			w.generation++
+			stopWatch(w)
+			w.gatePendingSince, w.gateEventSent = time.Time{}, false
+		}
+		s.status = volumeStatus{hasCertificate: true}
+		b.showConditionLocked(v, s)
+	})
 	if first {
 		b.recordEvent(v, corev1.EventTypeNormal, EventReasonCertificateIssued,
 			"Certificate issued by CertificateRequest %s/%s, %s after publish; valid until %s",
@@ -308,9 +209,10 @@ func (b *board) certificateWritten(v *volume, namespace, name string, chain []by
 // attemptFailed shows a failed attempt: the status, and a CertificateRequestFailed event
 // saying when the next attempt is due.
 func (b *board) attemptFailed(v *volume, err error, next string) {
-	b.mu.Lock()
-	b.updateStatusLocked(v, func(s *volumeStatus) { s.last = outcomeFailed })
-	b.mu.Unlock()
+	b.table.update(v, func(s *shownVolume) {
+		s.status.last = outcomeFailed
+		b.showConditionLocked(v, s)
+	})
 	b.recordEvent(v, corev1.EventTypeWarning, EventReasonCertificateRequestFailed,
 		"Issuing the certificate failed: %v; next attempt %s", err, next)
 }
@@ -319,21 +221,22 @@ func (b *board) attemptFailed(v *volume, err error, next string) {
 // once the gate has said so for GatePendingEventAfter.
 func (b *board) gatePending(v *volume, reason string) {
 	now := b.clock.Now()
-	b.mu.Lock()
-	b.updateStatusLocked(v, func(s *volumeStatus) { s.last = outcomeGatePending })
 	var since time.Duration
 	send := false
-	if w := b.watchLocked(v); w != nil {
-		if w.gatePendingSince.IsZero() {
-			w.gatePendingSince = now
+	b.table.update(v, func(s *shownVolume) {
+		s.status.last = outcomeGatePending
+		b.showConditionLocked(v, s)
+		if w := b.watch(s); w != nil {
+			if w.gatePendingSince.IsZero() {
+				w.gatePendingSince = now
+			}
+			since = now.Sub(w.gatePendingSince)
+			send = since >= GatePendingEventAfter && !w.gateEventSent
+			if send {
+				w.gateEventSent = true
+			}
 		}
-		since = now.Sub(w.gatePendingSince)
-		send = since >= GatePendingEventAfter && !w.gateEventSent
-		if send {
-			w.gateEventSent = true
-		}
-	}
-	b.mu.Unlock()
+	})
 	if send {
 		b.recordEvent(v, corev1.EventTypeNormal, EventReasonReadinessGatePending,
 			"Waiting for the driver's readiness gate for %s: %s", since.Round(time.Second), reason)
@@ -347,68 +250,68 @@ func (b *board) watchCertificate(v *volume, renewAt time.Time) {
 	if !b.watching {
 		return
 	}
-	b.mu.Lock()
-	notAfter := b.watchLocked(v).notAfter
-	b.mu.Unlock()
+	var notAfter time.Time
+	if !b.table.update(v, func(s *shownVolume) { notAfter = b.watch(s).notAfter }) {
+		return
+	}
 	if notAfter.IsZero() {
-		// Outside b.mu: the lookup reads the informer's cache.
+		// Outside the table's lock: the lookup reads the informer's cache.
 		if notAfter = b.notAfterOf(v.id); notAfter.IsZero() {
-			b.mu.Lock()
-			b.watchLocked(v).expiryUnknown = true
-			b.showConditionLocked(v)
-			b.mu.Unlock()
+			b.table.update(v, func(s *shownVolume) {
+				b.watch(s).expiryUnknown = true
+				b.showConditionLocked(v, s)
+			})
 			return
 		}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	w := b.watchLocked(v)
-	if !v.shown.listed || (w.renewAt.Equal(renewAt) && len(w.stops) > 0) {
-		return
-	}
-	if w.notAfter.IsZero() {
-		w.notAfter = notAfter
-		b.showConditionLocked(v)
-	}
-	b.stopWatchLocked(v)
-	w.renewAt = renewAt
-	gen := w.generation
-	now := b.clock.Now()
-	overdueAt := renewAt.Add(w.notAfter.Sub(renewAt) / 4)
-	w.stops = append(w.stops,
-		afterFunc(b.clock, overdueAt.Sub(now), func() { b.certificateOverdue(v, gen, renewAt) }),
-		afterFunc(b.clock, w.notAfter.Sub(now), func() { b.certificateExpired(v, gen) }))
-	if b.conditions != nil {
-		invalidAt := w.notAfter.Add(-b.conditions.margin)
-		w.stops = append(w.stops, afterFunc(b.clock, invalidAt.Sub(now), func() { b.certificateInvalid(v, gen) }))
-	}
+	b.table.update(v, func(s *shownVolume) {
+		w := b.watch(s)
+		if w.renewAt.Equal(renewAt) && len(w.stops) > 0 {
+			return
+		}
+		if w.notAfter.IsZero() {
+			w.notAfter = notAfter
+			b.showConditionLocked(v, s)
+		}
+		stopWatch(w)
+		w.renewAt = renewAt
+		gen := w.generation
+		now := b.clock.Now()
+		overdueAt := renewAt.Add(w.notAfter.Sub(renewAt) / 4)
+		w.stops = append(w.stops,
+			afterFunc(b.clock, overdueAt.Sub(now), func() { b.certificateOverdue(v, gen, renewAt) }),
+			afterFunc(b.clock, w.notAfter.Sub(now), func() { b.certificateExpired(v, gen) }))
+		if b.conditions != nil {
+			invalidAt := w.notAfter.Add(-b.conditions.margin)
+			w.stops = append(w.stops, afterFunc(b.clock, invalidAt.Sub(now), func() { b.certificateInvalid(v, gen) }))
+		}
+	})
 }
 
 // certificateInvalid fires when a certificate enters the pod condition's expiry margin: the
 // volume's pod is shown again.
 func (b *board) certificateInvalid(v *volume, gen uint64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if v.shown.listed && v.shown.watch != nil && v.shown.watch.generation == gen {
-		b.showConditionLocked(v)
-	}
+	b.table.update(v, func(s *shownVolume) {
+		if s.watch != nil && s.watch.generation == gen {
+			b.showConditionLocked(v, s)
+		}
+	})
 }
 
-// watchLocked returns the volume's certificate watch, made on first use; nil when the board
-// does not watch certificates. b.mu is held.
-func (b *board) watchLocked(v *volume) *certificateWatch {
+// watch returns the volume's certificate watch, made on first use; nil when the board does not
+// watch certificates. The table's lock is held.
+func (b *board) watch(s *shownVolume) *certificateWatch {
 	if !b.watching {
 		return nil
 	}
-	if v.shown.watch == nil {
-		v.shown.watch = &certificateWatch{}
+	if s.watch == nil {
+		s.watch = &certificateWatch{}
 	}
-	return v.shown.watch
+	return s.watch
 }
 
-// stopWatchLocked stops the volume's overdue and expiry timers. b.mu is held.
-func (b *board) stopWatchLocked(v *volume) {
-	w := v.shown.watch
+// stopWatch stops a certificate watch's overdue and expiry timers; w may be nil.
+func stopWatch(w *certificateWatch) {
 	if w == nil {
 		return
 	}
@@ -437,15 +340,19 @@ func (b *board) certificateExpired(v *volume, gen uint64) {
 // event, whose format ends with the certificate's expiry; it does nothing if the volume is
 // gone, its certificate was replaced since the timer was armed (gen), or the flag is set.
 func (b *board) certificateDeadlinePassed(v *volume, gen uint64, flag func(*volumeStatus) *bool, reason, format string, args ...any) {
-	b.mu.Lock()
-	if !v.shown.listed || v.shown.watch == nil || v.shown.watch.generation != gen || *flag(&v.shown.status) {
-		b.mu.Unlock()
-		return
+	var notAfter time.Time
+	passed := false
+	b.table.update(v, func(s *shownVolume) {
+		if s.watch == nil || s.watch.generation != gen || *flag(&s.status) {
+			return
+		}
+		notAfter, passed = s.watch.notAfter, true
+		*flag(&s.status) = true
+		b.showConditionLocked(v, s)
+	})
+	if passed {
+		b.recordEvent(v, corev1.EventTypeWarning, reason, format, append(args, notAfter.UTC().Format(time.RFC3339))...)
 	}
-	notAfter := v.shown.watch.notAfter
-	b.updateStatusLocked(v, func(s *volumeStatus) { *flag(s) = true })
-	b.mu.Unlock()
-	b.recordEvent(v, corev1.EventTypeWarning, reason, format, append(args, notAfter.UTC().Format(time.RFC3339))...)
 }
 
 // describeDelay says when an attempt is due, for event messages.

@@ -248,7 +248,7 @@ func TestNoEventsWithoutPodOrRecorder(t *testing.T) {
 	if n, _ := testutil.GatherAndCount(plain.registry, "certmanager_csi_volumes"); n != 0 {
 		t.Fatalf("the state gauge appeared without EnableVolumeStateGauge (%d series)", n)
 	}
-	armed := pm.board.armedTimers(pm.registry.get("v1"))
+	armed := pm.board.armedTimers(pm.table.get("v1"))
 	if armed != 0 {
 		t.Fatalf("%d certificate timers armed with nobody listening", armed)
 	}
@@ -282,7 +282,7 @@ func TestRestartedManagerWatchesTheCertificate(t *testing.T) {
 	}
 	t.Cleanup(b.Stop)
 	e.poll("the resumed volume's certificate watch", func() bool {
-		v := b.registry.get("v1")
+		v := b.table.get("v1")
 		return v != nil && b.board.armedTimers(v) == 2
 	})
 	e.failKeygen.Store(true)
@@ -308,7 +308,7 @@ func TestDriverThatPersistsNoTime(t *testing.T) {
 	e.manageAndIssue("v1")
 	nextEvent(t, rec, EventReasonCertificateIssued)
 	t0 := e.clock.Now()
-	e.poll("the overdue and expiry timers", func() bool { return m.board.armedTimers(m.registry.get("v1")) == 2 })
+	e.poll("the overdue and expiry timers", func() bool { return m.board.armedTimers(m.table.get("v1")) == 2 })
 	if stored, _ := e.store.ReadMetadata("v1"); stored.NextIssuanceTime != nil {
 		t.Fatalf("the driver persisted %v; the test needs none", stored.NextIssuanceTime)
 	}
@@ -329,7 +329,7 @@ func TestDriverThatPersistsNoTime(t *testing.T) {
 		}
 		return 0
 	}
-	e.poll("the renewal's timers", func() bool { return m.board.armedTimers(m.registry.get("v1")) == 2 })
+	e.poll("the renewal's timers", func() bool { return m.board.armedTimers(m.table.get("v1")) == 2 })
 	if n := histogram(); n != 1 {
 		t.Fatalf("publish_to_first_certificate_seconds has %d observations after a renewal, want 1", n)
 	}

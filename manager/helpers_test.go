@@ -336,22 +336,23 @@ func defaultNextIssuanceTime(chain []byte) (time.Time, error) {
 
 // armedTimers is how many overdue and expiry timers the volume has.
 func (b *board) armedTimers(v *volume) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if v.shown.watch == nil {
-		return 0
-	}
-	return len(v.shown.watch.stops)
+	n := 0
+	b.table.update(v, func(s *shownVolume) {
+		if s.watch != nil {
+			n = len(s.watch.stops)
+		}
+	})
+	return n
 }
 
 // isManaged reports whether the volume is registered.
-func (m *Manager) isManaged(id string) bool { return m.registry.get(id) != nil }
+func (m *Manager) isManaged(id string) bool { return m.table.get(id) != nil }
 
 // loopStarted reports whether the registered volume's loop has started.
 func (m *Manager) loopStarted(id string) bool {
-	m.registry.mu.Lock()
-	defer m.registry.mu.Unlock()
-	v := m.registry.byID[id]
+	m.table.mu.Lock()
+	defer m.table.mu.Unlock()
+	v := m.table.byID[id]
 	return v != nil && v.loopStarted
 }
 

@@ -23,8 +23,8 @@ type Manager struct {
 	life     *lifetime // the context Stop ends, and the goroutines Stop waits for
 	stopOnce sync.Once
 
-	// registry is the set of managed volumes; its mutex is the Manager's own.
-	registry registry
+	// table is the set of managed volumes and what the board shows of each.
+	table *volumeTable
 }
 
 // NewManager validates opts, starts the informer on the node's CertificateRequests, waits for
@@ -41,7 +41,6 @@ func NewManager(opts Options) (*Manager, error) {
 		issuer:   issuer{opts: opts, nodeHash: nodeHash, keys: newPendingKeys(log, opts.MetadataReader)},
 		log:      log,
 		life:     newLifetime(),
-		registry: registry{byID: make(map[string]*volume), byPod: make(map[types.UID][]string)},
 	}
 	m.admission = newAdmission(opts,
 		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
@@ -55,7 +54,8 @@ func NewManager(opts Options) (*Manager, error) {
 		conditions = newPodConditions(opts.PodCondition, opts.Clock, log)
 		go conditions.run()
 	}
-	m.board = newBoard(opts, nodeHash, m.requests.newestNotAfter, conditions)
+	m.table = newVolumeTable(stateGauge(opts.Metrics, nodeHash))
+	m.board = newBoard(opts, m.table, nodeHash, m.requests.newestNotAfter, conditions)
 	if err := m.requests.start(m.life.ctx); err != nil {
 		m.Stop()
 		return nil, err
@@ -63,7 +63,7 @@ func NewManager(opts Options) (*Manager, error) {
 
 	m.keys.loadSwept(m.requests.exists, func(d time.Duration, f func()) func() bool { return afterFunc(opts.Clock, d, f) }, m.expireSweptKeys)
 	m.resumeMountedVolumes()
-	m.board.publishStates() // every state, zeros included, from the start
+	m.table.showAllCounts() // every state, zeros included, from the start
 	return m, nil
 }
 
@@ -118,16 +118,15 @@ func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister 
 	return m.requests.lister
 }
 
-// register adds a volume to the managed set, and to the board, without starting its loop;
+// register adds a volume to the managed set, counted in its state, without starting its loop;
 // resumed says it comes from stored state at start-up. It returns nil if the volume is already
 // managed or the manager is stopped.
 func (m *Manager) register(id string, resumed bool) *volume {
 	v := newVolume(id, m.opts.Clock.Now(), m.log)
 	v.resumed = resumed
-	if !m.registry.add(v) {
+	if !m.table.add(v) {
 		return nil
 	}
-	m.board.add(v)
 	return v
 }
 
@@ -135,7 +134,7 @@ func (m *Manager) register(id string, resumed bool) *volume {
 // RequeuePod and the log) and, on the board, its pod (for events) and whether it has a
 // certificate (for its state).
 func (m *Manager) noteMetadata(v *volume, meta metadata.Metadata) {
-	if m.registry.setPod(v, types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])) {
+	if m.table.setPod(v, types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])) {
 		pod := meta.VolumeContext[metadata.PodNameVolumeContextKey]
 		v.podName.Store(&pod)
 	}
@@ -145,7 +144,7 @@ func (m *Manager) noteMetadata(v *volume, meta metadata.Metadata) {
 // startLoop starts the volume's renewal loop once. If known is non-nil it is the volume's
 // metadata, just read, which saves the loop its first read.
 func (m *Manager) startLoop(v *volume, known *metadata.Metadata) {
-	if !m.registry.markLoopStarted(v) {
+	if !m.table.markLoopStarted(v) {
 		return
 	}
 	tr := m.life.track()
@@ -178,7 +177,7 @@ func (m *Manager) ManageVolume(volumeID string) (managed bool) {
 func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (managed bool, err error) {
 	v := m.register(volumeID, false)
 	if v == nil {
-		if m.registry.isStopped() {
+		if m.table.isStopped() {
 			return false, errStopped
 		}
 		return false, nil
@@ -201,7 +200,7 @@ func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (m
 //
 // The publish path reads the metadata once and asks the gate once in all.
 func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Metadata, continueOnNotReady bool) error {
-	if v := m.registry.get(meta.VolumeID); v != nil && isReady(meta, m.opts.Clock.Now()) {
+	if v := m.table.get(meta.VolumeID); v != nil && isReady(meta, m.opts.Clock.Now()) {
 		return nil
 	}
 	if ready, reason := m.opts.ReadyToRequest(meta); !ready {
@@ -218,7 +217,7 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 	}
 	v := m.register(meta.VolumeID, false)
 	if v == nil {
-		if m.registry.isStopped() {
+		if m.table.isStopped() {
 			return errStopped
 		}
 		return nil
@@ -249,7 +248,7 @@ func (m *Manager) issueFirst(ctx context.Context, v *volume, meta metadata.Metad
 // again (see DeleteVolumeMetricSeries for a volume gone for good). Unmanaging an unknown volume
 // does nothing.
 func (m *Manager) UnmanageVolume(volumeID string) {
-	v := m.registry.get(volumeID)
+	v := m.table.get(volumeID)
 	if v == nil || !m.unregister(v) {
 		return
 	}
@@ -259,14 +258,10 @@ func (m *Manager) UnmanageVolume(volumeID string) {
 	v.fence.Unlock()
 }
 
-// unregister removes v from the managed set and from the board (its state count and its
-// certificate timers). It reports false if v was no longer registered.
+// unregister removes v from the managed set and from the board (its state count, its pod's
+// condition and its certificate timers). It reports false if v was no longer registered.
 func (m *Manager) unregister(v *volume) bool {
-	if !m.registry.remove(v) {
-		return false
-	}
-	m.board.remove(v)
-	return true
+	return m.table.remove(v, m.board.forget)
 }
 
 // DeleteVolumeMetricSeries deletes a volume's per-volume metric series. The node server calls
@@ -279,7 +274,7 @@ func (m *Manager) DeleteVolumeMetricSeries(volumeID string) {
 // IsVolumeReady reports whether a managed volume has a certificate that is not yet due for
 // renewal: its NextIssuanceTime is set and the clock is not after it.
 func (m *Manager) IsVolumeReady(volumeID string) bool {
-	if m.registry.get(volumeID) == nil {
+	if m.table.get(volumeID) == nil {
 		return false
 	}
 	meta, err := m.opts.MetadataReader.ReadMetadata(volumeID)
@@ -301,7 +296,7 @@ func (m *Manager) IsVolumeReadyToRequest(volumeID string) (bool, string) {
 // its certificate is not yet due. It never shortens the wait after an issuance error. A driver
 // calls it when a gate condition may have changed.
 func (m *Manager) Requeue(volumeID string) {
-	if v := m.registry.get(volumeID); v != nil {
+	if v := m.table.get(volumeID); v != nil {
 		select {
 		case v.requeue <- struct{}{}:
 		default:
@@ -312,7 +307,7 @@ func (m *Manager) Requeue(volumeID string) {
 // RequeuePod calls Requeue for every managed volume of the pod with the given UID, typically
 // from a pod informer's update handler.
 func (m *Manager) RequeuePod(podUID types.UID) {
-	for _, id := range m.registry.podVolumes(podUID) {
+	for _, id := range m.table.podVolumes(podUID) {
 		m.Requeue(id)
 	}
 }
@@ -323,7 +318,7 @@ func (m *Manager) RequeuePod(podUID types.UID) {
 // ManageVolumeImmediate an error. Stop may be called more than once.
 func (m *Manager) Stop() {
 	m.stopOnce.Do(func() {
-		vols := m.registry.stop()
+		vols := m.table.stop()
 		m.board.stopWatches(vols)
 		m.life.cancel()
 		for _, v := range vols {
@@ -338,110 +333,4 @@ func (m *Manager) Stop() {
 		m.admission.close()
 		m.requests.shutdown()
 	})
-}
-
-// registry is the set of managed volumes, by ID and by pod.
-type registry struct {
-	mu      sync.Mutex
-	stopped bool
-	byID    map[string]*volume
-	// byPod holds the IDs of each pod's volumes: a slice, as a pod rarely has more than one.
-	byPod map[types.UID][]string
-}
-
-// add registers v; false if its ID is already registered or the registry is stopped.
-func (r *registry) add(v *volume) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped || r.byID[v.id] != nil {
-		return false
-	}
-	r.byID[v.id] = v
-	return true
-}
-
-// get returns the registered volume with the ID, or nil.
-func (r *registry) get(id string) *volume {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.byID[id]
-}
-
-// remove unregisters v; false if v is not (or no longer) registered.
-func (r *registry) remove(v *volume) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.byID[v.id] != v {
-		return false
-	}
-	delete(r.byID, v.id)
-	r.dropPodLocked(v)
-	return true
-}
-
-// setPod files a registered volume under its pod's UID. It reports whether the pod changed.
-func (r *registry) setPod(v *volume, uid types.UID) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.byID[v.id] != v || v.podUID == uid {
-		return false
-	}
-	r.dropPodLocked(v)
-	v.podUID = uid
-	if uid != "" {
-		r.byPod[uid] = append(r.byPod[uid], v.id)
-	}
-	return true
-}
-
-func (r *registry) dropPodLocked(v *volume) {
-	ids := r.byPod[v.podUID]
-	for i, id := range ids {
-		if id == v.id {
-			ids = append(ids[:i], ids[i+1:]...)
-			break
-		}
-	}
-	if len(ids) == 0 {
-		delete(r.byPod, v.podUID)
-	} else {
-		r.byPod[v.podUID] = ids
-	}
-}
-
-// podVolumes returns the IDs of the pod's registered volumes.
-func (r *registry) podVolumes(uid types.UID) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.byPod[uid]...)
-}
-
-// markLoopStarted records that v's loop starts; false if it has started already, v is no
-// longer registered or the registry is stopped.
-func (r *registry) markLoopStarted(v *volume) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped || r.byID[v.id] != v || v.loopStarted {
-		return false
-	}
-	v.loopStarted = true
-	return true
-}
-
-func (r *registry) isStopped() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stopped
-}
-
-// stop refuses further registrations and returns the registered volumes, which stay registered.
-func (r *registry) stop() []*volume {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stopped = true
-	vols := make([]*volume, 0, len(r.byID))
-	for _, v := range r.byID {
-		vols = append(vols, v)
-	}
-	return vols
 }

@@ -111,7 +111,7 @@ func TestRequeueCutsGateWaitButNotErrorWait(t *testing.T) {
 	attemptsBefore := e.counter(issueCalls, "v1")
 	m.RequeuePod("uid-v1")
 	e.stepNotYet(30 * time.Second)
-	v := e.m.registry.get("v1")
+	v := e.m.table.get("v1")
 	if len(v.requeue) != 1 {
 		t.Fatal("the error wait consumed a Requeue")
 	}

@@ -126,10 +126,9 @@ func TestPodConditionLifecycle(t *testing.T) {
 
 	// Expiry (1 h) less the margin (2 s): False, naming the volume; not a millisecond before.
 	invalidAt := start.Add(time.Hour - DefaultPodConditionExpiryMargin)
-	validity := func() volumeValidity {
-		m.board.mu.Lock()
-		defer m.board.mu.Unlock()
-		return m.board.validityLocked(m.registry.get("v1"))
+	validity := func() (v volumeValidity) {
+		m.table.update(m.table.get("v1"), func(s *shownVolume) { v = m.board.validityLocked(s) })
+		return v
 	}
 	e.clock.SetTime(invalidAt.Add(-time.Millisecond))
 	if v := validity(); v != "" {
@@ -207,10 +206,11 @@ func TestPodConditionTwoVolumes(t *testing.T) {
 		}
 	}
 	e.poll("b's renewal on the board", func() bool {
-		v := m.registry.get("b")
-		m.board.mu.Lock()
-		defer m.board.mu.Unlock()
-		return v.shown.watch != nil && v.shown.watch.notAfter.After(start.Add(time.Hour))
+		renewed := false
+		m.table.update(m.table.get("b"), func(s *shownVolume) {
+			renewed = s.watch != nil && s.watch.notAfter.After(start.Add(time.Hour))
+		})
+		return renewed
 	})
 	e.clock.SetTime(start.Add(time.Hour))
 	c := waitCondition(t, e, kube, "pod-pod", corev1.ConditionFalse, PodConditionReasonExpired)
@@ -341,7 +341,7 @@ func TestNoPodConditionWithoutTheOption(t *testing.T) {
 	if m.board.conditions != nil || m.board.watching {
 		t.Fatal("pod conditions (or certificate timers) without the option")
 	}
-	if w := m.board.armedTimers(m.registry.get("v1")); w != 0 {
+	if w := m.board.armedTimers(m.table.get("v1")); w != 0 {
 		t.Fatalf("%d certificate timers without a listener", w)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -28,6 +29,9 @@ type volume struct {
 	// hundreds of bytes.
 	log     logr.Logger
 	podName atomic.Pointer[string]
+	// podRef names the volume's Pod for Events and the pod condition, once its metadata named
+	// it fully (name, namespace and UID); it never changes after that.
+	podRef atomic.Pointer[corev1.ObjectReference]
 
 	// fence is held while WriteKeypair runs; fenced is set under it by UnmanageVolume, after
 	// which nothing writes for this registration any more.
@@ -38,12 +42,67 @@ type volume struct {
 	// process), not by a publish or a ManageVolume call.
 	resumed bool
 
-	// Guarded by registry.mu.
+	// Guarded by the volume table's lock while the volume is registered.
 	podUID      types.UID
 	loopStarted bool
+	shown       shownVolume
+}
 
-	// shown is what the board shows of the volume; guarded by board.mu.
-	shown shownVolume
+// shownVolume is what the board shows of a volume: its state, and what it watches of the
+// volume's certificate.
+type shownVolume struct {
+	status volumeStatus
+	// watch exists only when the board watches certificates.
+	watch *certificateWatch
+}
+
+// outcome is the class of a volume's last attempt, for its state.
+type outcome int
+
+const (
+	outcomeNone outcome = iota
+	outcomeGatePending
+	outcomeFailed
+)
+
+// volumeStatus is what a volume's state in certmanager_csi_volumes is derived from.
+type volumeStatus struct {
+	hasCertificate   bool
+	last             outcome
+	overdue, expired bool
+}
+
+// state names the volume's state (metrics.VolumeStates); the worst condition wins.
+func (s volumeStatus) state() string {
+	switch {
+	case s.expired:
+		return "expired"
+	case s.overdue:
+		return "overdue"
+	case s.last == outcomeFailed:
+		return "failing"
+	case s.last == outcomeGatePending:
+		return "gate_pending"
+	case s.hasCertificate:
+		return "issued"
+	default:
+		return "pending"
+	}
+}
+
+// certificateWatch is what the board knows of the certificate in a volume, and the timers that
+// fire when it becomes overdue and when it expires.
+type certificateWatch struct {
+	notAfter time.Time
+	// expiryUnknown: the volume has a certificate from before a restart whose expiry could not
+	// be learned (its request is gone); it counts as valid.
+	expiryUnknown bool
+	renewAt       time.Time // the renewal time the timers were armed for
+	generation    uint64    // changes with every certificate written; stale timers do nothing
+	stops         []func() bool
+	// gatePendingSince is when the gate started saying "not yet"; zero when it is not.
+	gatePendingSince time.Time
+	gateEventSent    bool
 }
 
 func newVolume(id string, now time.Time, log logr.Logger) *volume {
