@@ -50,8 +50,13 @@ type attempt struct {
 }
 
 // callDriver runs a driver-supplied function. It returns errStopped if the manager stopped
-// while the function ran: the attempt must then return without doing anything more.
+// while the function ran: the attempt must then return without doing anything more. A caller's
+// attempt runs it directly: Stop does not wait for the caller's goroutine.
 func (a *attempt) callDriver(f func()) error {
+	if a.tr == nil {
+		f()
+		return nil
+	}
 	if !a.tr.outside(f) {
 		return errStopped
 	}

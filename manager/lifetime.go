@@ -20,77 +20,73 @@ type lifetime struct {
 }
 
 func newLifetime() *lifetime {
-	a := &lifetime{}
-	a.ctx, a.cancel = context.WithCancel(context.Background())
-	a.idle = sync.NewCond(&a.mu)
-	return a
+	l := &lifetime{}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.idle = sync.NewCond(&l.mu)
+	return l
 }
 
 // end ends the context, refuses further goroutines and waits until every registered one has
 // left.
-func (a *lifetime) end() {
-	a.cancel()
-	a.closeAndWait()
+func (l *lifetime) end() {
+	l.cancel()
+	l.closeAndWait()
 }
 
 // enter registers a goroutine of the manager. It reports false once the manager is closed.
-func (a *lifetime) enter() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
+func (l *lifetime) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
 		return false
 	}
-	a.n++
+	l.n++
 	return true
 }
 
 // leave unregisters a goroutine registered by enter.
-func (a *lifetime) leave() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.n--
-	if a.n == 0 {
-		a.idle.Broadcast()
+func (l *lifetime) leave() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n--
+	if l.n == 0 {
+		l.idle.Broadcast()
 	}
 }
 
 // closeAndWait refuses further enters and waits until every registered goroutine has left.
-func (a *lifetime) closeAndWait() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.closed = true
-	for a.n > 0 {
-		a.idle.Wait()
+func (l *lifetime) closeAndWait() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for l.n > 0 {
+		l.idle.Wait()
 	}
 }
 
 // tracked is one goroutine's registration. Outside calls it releases its registration for the
 // duration of a driver function.
 type tracked struct {
-	a      *lifetime
+	l      *lifetime
 	inside bool
 }
 
 // track registers the calling goroutine; nil if the manager is closed.
-func (a *lifetime) track() *tracked {
-	if !a.enter() {
+func (l *lifetime) track() *tracked {
+	if !l.enter() {
 		return nil
 	}
-	return &tracked{a: a, inside: true}
+	return &tracked{l: l, inside: true}
 }
 
 // outside runs f (a driver-supplied function) without holding up Stop. It reports false if the
 // manager was closed meanwhile: the goroutine no longer counts and must return without doing
 // anything more.
 func (t *tracked) outside(f func()) bool {
-	if t == nil {
-		f()
-		return true
-	}
-	t.a.leave()
+	t.l.leave()
 	t.inside = false
 	f()
-	if !t.a.enter() {
+	if !t.l.enter() {
 		return false
 	}
 	t.inside = true
@@ -101,6 +97,6 @@ func (t *tracked) outside(f func()) bool {
 func (t *tracked) done() {
 	if t != nil && t.inside {
 		t.inside = false
-		t.a.leave()
+		t.l.leave()
 	}
 }

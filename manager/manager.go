@@ -38,9 +38,9 @@ func NewManager(opts Options) (*Manager, error) {
 	nodeHash := util.HashIdentifier(opts.NodeID)
 	log := opts.Log.WithName("manager")
 	m := &Manager{
-		issuer:   issuer{opts: opts, nodeHash: nodeHash, keys: newPendingKeys(log, opts.MetadataReader)},
-		log:      log,
-		life:     newLifetime(),
+		issuer: issuer{opts: opts, nodeHash: nodeHash, keys: newPendingKeys(log, opts.MetadataReader)},
+		log:    log,
+		life:   newLifetime(),
 	}
 	m.admission = newAdmission(opts,
 		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
