@@ -45,20 +45,20 @@ integration: envtest cm-controllers
 ## node: what the real node needs: containerd, runc and the CNI plugins from Debian (when
 ## missing), kubelet and kube-controller-manager built beside the envtest binaries (cached).
 node:
-	@bash hack/e2e/install-node-packages.sh
+	@bash test/e2e/install-node-packages.sh
 	@NODE=1 KUBE_VERSION=$(ENVTEST_K8S_VERSION) bash hack/envtest-binaries.sh >/dev/null
 
 ## e2e: the library's stories on a real node (kubelet, containerd, runc, CNI), signed by
 ## cert-manager's own controllers where a story can be told with them; needs root, and says why
 ## and fails where the machine cannot run a node.
 e2e: node envtest cm-controllers
-	@$(GO) build -o bin/e2e ./hack/e2e
+	@$(GO) build -o bin/e2e ./test/e2e
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bin/e2e $(ARGS)
 
 ## e2e-or-skip: make test's e2e step: make e2e where this machine can run a node; elsewhere a
 ## loud notice that it was skipped, and why.
 e2e-or-skip: envtest cm-controllers
-	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bash hack/e2e/run-or-skip.sh
+	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bash test/e2e/run-or-skip.sh
 
 ## bench: the benchmarks whose figures the README quotes: the manager on a fake clientset
 ## (hack/bench), then the fleet on a real kube-apiserver (hack/fleet, envtest).
@@ -76,7 +76,7 @@ crossings:
 ## demo: the library doing its whole job locally: on a real node where the machine can run one
 ## (as root), else with a kubelet stand-in (STAND_IN=1 forces it); ARGS=--help lists the options.
 demo: envtest cm-controllers
-	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bash hack/e2e/demo-or-stand-in.sh $(ARGS)
+	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bash test/e2e/demo-or-stand-in.sh $(ARGS)
 
 ## demo-short: the demo in its short mode; fails if any of its four stories does not happen.
 demo-short: envtest cm-controllers

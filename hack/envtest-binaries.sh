@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver and etcd for envtest from the Go module proxy alone, into bin/envtest/<version>/;
-# with NODE=1 also kubelet and kube-controller-manager for the real node (hack/e2e), in the same build.
+# with NODE=1 also kubelet and kube-controller-manager for the real node (test/e2e), in the same build.
 #
 # setup-envtest downloads prebuilt release binaries, which CI cannot reach. Instead this script
 # writes a throw-away wrapper module that requires k8s.io/kubernetes and replaces each of its

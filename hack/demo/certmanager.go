@@ -10,8 +10,8 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cert-manager/csi-lib/internal/controlplane"
 	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/internal/testkit/controlplane"
 )
 
 // outageNamespace is story 4's namespace: it has no cert-manager Issuer, so only the demo's

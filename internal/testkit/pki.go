@@ -2,7 +2,7 @@
 // authority that signs PEM CSRs with real X.509, and helpers that play the signer's part on
 // CertificateRequests through a clientset (fake or real). It is not meant for production use.
 // test/driver imports it, so it must stay light: nothing here may import envtest or
-// controller-runtime (see internal/controlplane).
+// controller-runtime (see internal/testkit/controlplane).
 package testkit
 
 import (

@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	testclock "k8s.io/utils/clock/testing"
 
-	"github.com/cert-manager/csi-lib/internal/controlplane"
 	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/internal/testkit/controlplane"
 	"github.com/cert-manager/csi-lib/manager"
 )
 

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/cert-manager/csi-lib/internal/controlplane"
+	"github.com/cert-manager/csi-lib/internal/testkit/controlplane"
 )
 
 var (

@@ -90,7 +90,7 @@ func checkMachine(bins string) error {
 	}
 	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s is not installed (hack/e2e/install-node-packages.sh installs containerd, runc and the CNI plugins from Debian)", tool)
+			return fmt.Errorf("%s is not installed (test/e2e/install-node-packages.sh installs containerd, runc and the CNI plugins from Debian)", tool)
 		}
 	}
 	for _, plugin := range []string{"bridge", "host-local", "loopback"} {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo: the demo's stories on the real node (hack/e2e -demo) where this machine can run one,
+# make demo: the demo's stories on the real node (test/e2e -demo) where this machine can run one,
 # otherwise with hack/demo's kubelet stand-in; it says which, and why. STAND_IN=1 forces the
 # stand-in. Arguments are passed to whichever runs (--help lists its options).
 set -uo pipefail
@@ -12,9 +12,9 @@ if [[ "${STAND_IN:-0}" == 1 ]]; then
   why="STAND_IN=1 asks for it"
 elif [[ $(id -u) -ne 0 ]]; then
   why="no real node here: not root (kubelet mounts volumes and runs containers)"
-elif ! bash hack/e2e/install-node-packages.sh; then
+elif ! bash test/e2e/install-node-packages.sh; then
   why="no real node here: containerd, runc or the CNI plugins are missing and could not be installed"
-elif ! NODE=1 KUBE_VERSION="$(basename "${assets}")" bash hack/envtest-binaries.sh >/dev/null || ! go build -o bin/e2e ./hack/e2e; then
+elif ! NODE=1 KUBE_VERSION="$(basename "${assets}")" bash hack/envtest-binaries.sh >/dev/null || ! go build -o bin/e2e ./test/e2e; then
   exit 1
 elif ! check=$(KUBEBUILDER_ASSETS="${assets}" bin/e2e -check 2>&1); then
   why="${check}"

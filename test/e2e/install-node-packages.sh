@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the real node (hack/e2e) needs from Debian when it is missing: containerd, runc
+# Installs what the real node (test/e2e) needs from Debian when it is missing: containerd, runc
 # and the CNI plugins. Needs root; installs nothing when everything is there.
 set -euo pipefail
 missing=()
