@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -13,21 +12,49 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/storage"
 )
 
 // issueTimeout bounds one background issuance attempt, on the injected clock.
 const issueTimeout = 60 * time.Second
 
-// issuer makes issuance attempts: it holds what an attempt uses (the options with the driver's
-// functions and the clock, the node's requests, the pending keys, admission) and reports
-// outcomes to the board and the metrics. The Manager embeds it; the loops share it.
+// issuer makes issuance attempts. It is given what an attempt uses and nothing more: the
+// clock, the metadata store, the driver's functions and the limits on requests, the node's
+// requests, the pending keys and admission; it reports every outcome to the board. The Manager
+// embeds it; the loops share it.
 type issuer struct {
-	opts      Options // complete: every default filled in
-	nodeHash  string
+	clock  clock.Clock
+	store  storage.MetadataReader
+	driver driverFuncs
+	// maxRequestsPerVolume and jitter are Options.MaxRequestsPerVolume and RenewalJitter.
+	maxRequestsPerVolume int
+	jitter               float64
+
 	requests  *requests
 	keys      *pendingKeys
 	admission *admission
 	board     *board
+}
+
+// driverFuncs are the driver's functions an attempt calls, every default filled in.
+type driverFuncs struct {
+	readyToRequest     ReadyToRequestFunc
+	generatePrivateKey GeneratePrivateKeyFunc
+	generateRequest    GenerateRequestFunc
+	signRequest        SignRequestFunc
+	clientForMetadata  ClientForMetadataFunc
+	writeKeypair       WriteKeypairFunc
+}
+
+func driverFuncsOf(o Options) driverFuncs {
+	return driverFuncs{
+		readyToRequest:     o.ReadyToRequest,
+		generatePrivateKey: o.GeneratePrivateKey,
+		generateRequest:    o.GenerateRequest,
+		signRequest:        o.SignRequest,
+		clientForMetadata:  o.ClientForMetadata,
+		writeKeypair:       o.WriteKeypair,
+	}
 }
 
 // attempt is one issuance attempt of one volume, from the loop or for a caller
@@ -77,7 +104,7 @@ func (a *attempt) callDriver(f func()) error {
 func (a *attempt) issue(ctx context.Context) error {
 	iss, v := a.iss, a.v
 	log := v.logger()
-	iss.opts.Metrics.IncrementIssueCallCountTotal(iss.nodeHash, v.id)
+	iss.board.attemptStarted(v)
 	if err := iss.requests.waitForSync(ctx); err != nil {
 		return fmt.Errorf("CertificateRequest informer not synced: %w", err)
 	}
@@ -87,7 +114,7 @@ func (a *attempt) issue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for len(reqs) > iss.opts.MaxRequestsPerVolume {
+	for len(reqs) > iss.maxRequestsPerVolume {
 		if err := iss.deleteRequest(ctx, log, reqs[0]); err != nil {
 			return err
 		}
@@ -98,7 +125,7 @@ func (a *attempt) issue(ctx context.Context) error {
 	var meta metadata.Metadata
 	if a.known != nil {
 		meta = *a.known
-	} else if meta, err = iss.opts.MetadataReader.ReadMetadata(v.id); err != nil {
+	} else if meta, err = iss.store.ReadMetadata(v.id); err != nil {
 		return fmt.Errorf("reading metadata: %w", err)
 	}
 
@@ -125,7 +152,7 @@ func (a *attempt) issue(ctx context.Context) error {
 	if !a.gateOpen {
 		var ready bool
 		var reason string
-		if err := a.callDriver(func() { ready, reason = iss.opts.ReadyToRequest(meta) }); err != nil {
+		if err := a.callDriver(func() { ready, reason = iss.driver.readyToRequest(meta) }); err != nil {
 			return err
 		}
 		if !ready {
@@ -145,19 +172,19 @@ func (a *attempt) issue(ctx context.Context) error {
 	var client cmclient.Interface
 	var driverErr error
 	if err := a.callDriver(func() {
-		if key, driverErr = iss.opts.GeneratePrivateKey(meta); driverErr != nil {
+		if key, driverErr = iss.driver.generatePrivateKey(meta); driverErr != nil {
 			driverErr = fmt.Errorf("generating private key: %w", driverErr)
 			return
 		}
-		if bundle, driverErr = iss.opts.GenerateRequest(meta); driverErr != nil {
+		if bundle, driverErr = iss.driver.generateRequest(meta); driverErr != nil {
 			driverErr = fmt.Errorf("generating certificate request: %w", driverErr)
 			return
 		}
-		if csrPEM, driverErr = iss.opts.SignRequest(meta, key, bundle.Request); driverErr != nil {
+		if csrPEM, driverErr = iss.driver.signRequest(meta, key, bundle.Request); driverErr != nil {
 			driverErr = fmt.Errorf("signing certificate request: %w", driverErr)
 			return
 		}
-		if client, driverErr = iss.opts.ClientForMetadata(meta); driverErr != nil {
+		if client, driverErr = iss.driver.clientForMetadata(meta); driverErr != nil {
 			driverErr = fmt.Errorf("building client for volume: %w", driverErr)
 		}
 	}); err != nil {
@@ -215,7 +242,7 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, name
 		}
 		return err
 	}
-	nit, window, err := renewalSchedule(req.Status.Certificate, v.id, iss.opts.RenewalJitter)
+	nit, window, err := renewalSchedule(req.Status.Certificate, v.id, iss.jitter)
 	if err != nil {
 		iss.keys.drop(reqKey)
 		return fmt.Errorf("CertificateRequest %s/%s: %w", namespace, name, err)
@@ -231,7 +258,7 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, name
 		return errStopped
 	}
 	var writeErr error
-	stopErr := a.callDriver(func() { writeErr = iss.opts.WriteKeypair(meta, key, req.Status.Certificate, req.Status.CA) })
+	stopErr := a.callDriver(func() { writeErr = iss.driver.writeKeypair(meta, key, req.Status.Certificate, req.Status.CA) })
 	v.fence.Unlock()
 	if stopErr != nil {
 		return stopErr
@@ -240,14 +267,11 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, name
 		return fmt.Errorf("writing key pair: %w", writeErr)
 	}
 	iss.keys.drop(reqKey)
-	now := iss.opts.Clock.Now()
+	now := iss.clock.Now()
 	v.lastWrite.Store(&keypairWrite{at: now, handed: nit, window: window})
 	if !nit.After(now) {
 		v.logger().Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
 			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)
-	}
-	if firstCertificate {
-		iss.opts.Metrics.ObservePublishToFirstCertificate(iss.nodeHash, iss.opts.Clock.Since(v.managedAt))
 	}
 	iss.board.certificateWritten(v, namespace, name, req.Status.Certificate, firstCertificate)
 	return nil
@@ -266,48 +290,8 @@ func (iss *issuer) issueForCaller(ctx context.Context, v *volume, meta metadata.
 	err := (&attempt{iss: iss, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
 	stop()
 	cancel(nil)
-	iss.recordOutcome(v, err, true, 0)
+	iss.board.attemptEnded(v, err, true, 0)
 	return err
-}
-
-// recordOutcome logs an attempt's outcome, counts it and shows it on the board. A gate refusal
-// counts as gate-pending; it is an issuance error too only for a caller's attempt (forCaller),
-// whose caller sees it as one. next is when the loop attempts again (unused for a caller's
-// attempt: kubelet retries the publish). A failure of a volume unmanaged meanwhile is logged and
-// counted but not shown.
-func (iss *issuer) recordOutcome(v *volume, err error, forCaller bool, next time.Duration) {
-	log := v.logger()
-	switch {
-	case err == nil:
-		log.V(2).Info("Certificate issued")
-	case errors.Is(err, ErrNotReadyToRequest):
-		log.V(4).Info("Not ready to request a certificate yet", "reason", err.Error())
-		iss.opts.Metrics.IncrementGatePendingCountTotal(iss.nodeHash, v.id)
-		if forCaller {
-			iss.opts.Metrics.IncrementIssueErrorCountTotal(iss.nodeHash, v.id)
-		}
-		iss.board.gatePending(v, gateReason(err))
-	default:
-		log.Error(err, "Issuance attempt failed")
-		iss.opts.Metrics.IncrementIssueErrorCountTotal(iss.nodeHash, v.id)
-		if v.ctx.Err() != nil {
-			return
-		}
-		when := "when kubelet retries the mount"
-		if !forCaller {
-			when = describeDelay(iss.opts.Clock.Now(), next)
-		}
-		iss.board.attemptFailed(v, err, when)
-	}
-}
-
-// gateReason is the reason the readiness gate gave, from an error matching ErrNotReadyToRequest.
-func gateReason(err error) string {
-	var nr *NotReadyToRequestError
-	if errors.As(err, &nr) {
-		return nr.Reason
-	}
-	return err.Error()
 }
 
 // drainRequeue drops a Requeue that arrived before an attempt: the attempt answers it.

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -179,9 +180,58 @@ func (b *board) recordEvent(v *volume, eventType, reason, format string, args ..
 	b.recorder.Eventf(ref, eventType, reason, format, args...)
 }
 
+// attemptStarted counts an issuance attempt of the volume.
+func (b *board) attemptStarted(v *volume) {
+	b.metrics.IncrementIssueCallCountTotal(b.nodeHash, v.id)
+}
+
+// attemptEnded logs an attempt's outcome, counts it and shows it. A gate refusal
+// counts as gate-pending; it is an issuance error too only for a caller's attempt (forCaller),
+// whose caller sees it as one. next is when the loop attempts again (unused for a caller's
+// attempt: kubelet retries the publish). A failure of a volume unmanaged meanwhile is logged and
+// counted but not shown.
+func (b *board) attemptEnded(v *volume, err error, forCaller bool, next time.Duration) {
+	log := v.logger()
+	switch {
+	case err == nil:
+		log.V(2).Info("Certificate issued")
+	case errors.Is(err, ErrNotReadyToRequest):
+		log.V(4).Info("Not ready to request a certificate yet", "reason", err.Error())
+		b.metrics.IncrementGatePendingCountTotal(b.nodeHash, v.id)
+		if forCaller {
+			b.metrics.IncrementIssueErrorCountTotal(b.nodeHash, v.id)
+		}
+		b.gatePending(v, gateReason(err))
+	default:
+		log.Error(err, "Issuance attempt failed")
+		b.metrics.IncrementIssueErrorCountTotal(b.nodeHash, v.id)
+		if v.ctx.Err() != nil {
+			return
+		}
+		when := "when kubelet retries the mount"
+		if !forCaller {
+			when = describeDelay(b.clock.Now(), next)
+		}
+		b.attemptFailed(v, err, when)
+	}
+}
+
+// gateReason is the reason the readiness gate gave, from an error matching ErrNotReadyToRequest.
+func gateReason(err error) string {
+	var nr *NotReadyToRequestError
+	if errors.As(err, &nr) {
+		return nr.Reason
+	}
+	return err.Error()
+}
+
 // certificateWritten shows a written key pair: the volume's status, the certificate's expiry
-// for the watch, and the Issued or Renewed event.
+// for the watch, the Issued or Renewed event and, for a first certificate, the time since the
+// volume was registered.
 func (b *board) certificateWritten(v *volume, namespace, name string, chain []byte, first bool) {
+	if first {
+		b.metrics.ObservePublishToFirstCertificate(b.nodeHash, b.clock.Since(v.managedAt))
+	}
 	var notAfter time.Time
 	if leaf, err := certs.ParseLeaf(chain); err == nil {
 		notAfter = leaf.NotAfter

@@ -13,13 +13,25 @@ import (
 // loop is the renewal loop of one volume (see the package documentation): it waits until the
 // volume is due, makes an attempt, and waits again by the outcome's class, on its own backoffs.
 type loop struct {
-	iss *issuer
-	reg registrations
-	v   *volume
-	tr  *tracked // the loop goroutine's registration with Stop
-	// renewal and gate are working copies of the configured backoffs; resetting one copies its
+	iss      *issuer
+	reg      registrations
+	schedule loopSchedule
+	v        *volume
+	tr       *tracked // the loop goroutine's registration with Stop
+	// renewal and gate are working copies of the scheduled backoffs; resetting one copies its
 	// template again.
 	renewal, gate wait.Backoff
+}
+
+// loopSchedule is how loops wait after an attempt: Options.RenewalBackoffConfig,
+// GateBackoffConfig and GatePollInterval, as completed.
+type loopSchedule struct {
+	renewal, gate wait.Backoff
+	gatePoll      time.Duration
+}
+
+func loopScheduleOf(o Options) loopSchedule {
+	return loopSchedule{renewal: *o.RenewalBackoffConfig, gate: *o.GateBackoffConfig, gatePoll: o.GatePollInterval}
 }
 
 // registrations is what a loop needs of the manager's volume table: to note what a volume's
@@ -31,8 +43,8 @@ type registrations interface {
 }
 
 // runLoop runs a volume's loop; the loop's state lives on the goroutine's stack.
-func runLoop(iss *issuer, reg registrations, v *volume, tr *tracked, known *metadata.Metadata) {
-	l := loop{iss: iss, reg: reg, v: v, tr: tr, renewal: *iss.opts.RenewalBackoffConfig, gate: *iss.opts.GateBackoffConfig}
+func runLoop(iss *issuer, reg registrations, schedule loopSchedule, v *volume, tr *tracked, known *metadata.Metadata) {
+	l := loop{iss: iss, reg: reg, schedule: schedule, v: v, tr: tr, renewal: schedule.renewal, gate: schedule.gate}
 	l.run(known)
 }
 
@@ -46,7 +58,7 @@ func (l *loop) run(known *metadata.Metadata) {
 		var err error
 		if known != nil {
 			meta, known = *known, nil
-		} else if meta, err = iss.opts.MetadataReader.ReadMetadata(v.id); err == nil {
+		} else if meta, err = iss.store.ReadMetadata(v.id); err == nil {
 			l.reg.noteMetadata(v, meta)
 		}
 		switch {
@@ -67,7 +79,7 @@ func (l *loop) run(known *metadata.Metadata) {
 		if renewAt, ok := heldTo(meta, last); ok {
 			iss.board.watchCertificate(v, renewAt)
 		}
-		if wait := untilDue(meta, last, iss.opts.Clock.Now()); wait > 0 {
+		if wait := untilDue(meta, last, iss.clock.Now()); wait > 0 {
 			if !l.sleep(wait, waitUntilDue) {
 				return
 			}
@@ -82,15 +94,15 @@ func (l *loop) run(known *metadata.Metadata) {
 		kind := waitAfterError
 		switch {
 		case outcome == nil:
-			l.renewal, l.gate = *iss.opts.RenewalBackoffConfig, *iss.opts.GateBackoffConfig
+			l.renewal, l.gate = l.schedule.renewal, l.schedule.gate
 		case errors.Is(outcome, ErrNotReadyToRequest):
 			delay, kind = l.gate.Step(), waitGatePending
-			l.renewal = *iss.opts.RenewalBackoffConfig
+			l.renewal = l.schedule.renewal
 		default:
 			delay = l.renewal.Step()
-			l.gate = *iss.opts.GateBackoffConfig
+			l.gate = l.schedule.gate
 		}
-		iss.recordOutcome(v, outcome, false, delay)
+		iss.board.attemptEnded(v, outcome, false, delay)
 		if outcome == nil {
 			continue
 		}
@@ -119,7 +131,7 @@ const (
 // sleep waits for d on the injected clock; kind says what may end it early. It returns false
 // if the volume was unmanaged or the manager stopped. A delay of zero or less does not wait.
 func (l *loop) sleep(d time.Duration, kind waitKind) bool {
-	v, poll := l.v, l.iss.opts.GatePollInterval
+	v, poll := l.v, l.schedule.gatePoll
 	var requeue <-chan struct{}
 	if kind != waitAfterError {
 		requeue = v.requeue
@@ -129,7 +141,7 @@ func (l *loop) sleep(d time.Duration, kind waitKind) bool {
 		if kind == waitGatePending && poll > 0 && d > poll {
 			step, polling = poll, true
 		}
-		t := l.iss.opts.Clock.NewTimer(step)
+		t := l.iss.clock.NewTimer(step)
 		select {
 		case <-t.C():
 		case <-requeue:
@@ -160,11 +172,11 @@ func (l *loop) sleep(d time.Duration, kind waitKind) bool {
 // manager stopped while the gate ran.
 func (l *loop) gateOpens() (open, alive bool) {
 	v := l.v
-	meta, err := l.iss.opts.MetadataReader.ReadMetadata(v.id)
+	meta, err := l.iss.store.ReadMetadata(v.id)
 	if err != nil {
 		return false, v.ctx.Err() == nil
 	}
-	if !l.tr.outside(func() { open, _ = l.iss.opts.ReadyToRequest(meta) }) {
+	if !l.tr.outside(func() { open, _ = l.iss.driver.readyToRequest(meta) }) {
 		return false, false
 	}
 	return open, v.ctx.Err() == nil
@@ -176,7 +188,7 @@ func (l *loop) gateOpens() (open, alive bool) {
 func (l *loop) issue() error {
 	v := l.v
 	drainRequeue(v)
-	ctx, deadline, cancel := attemptContext(l.iss.opts.Clock, v)
+	ctx, deadline, cancel := attemptContext(l.iss.clock, v)
 	err := (&attempt{iss: l.iss, v: v, tr: l.tr, deadline: deadline}).issue(ctx)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.

@@ -19,6 +19,11 @@ import (
 type Manager struct {
 	// issuer makes the attempts, for the callers' publishes and for the loops.
 	issuer
+	// opts are the options as completed, for the Manager's own reads (metadata, the clock, the
+	// publish's gate, metric series); schedule is what the loops take of them.
+	opts     Options
+	nodeHash string
+	schedule loopSchedule
 	log      logr.Logger
 	life     *lifetime // the context Stop ends, and the goroutines Stop waits for
 	stopOnce sync.Once
@@ -38,9 +43,19 @@ func NewManager(opts Options) (*Manager, error) {
 	nodeHash := util.HashIdentifier(opts.NodeID)
 	log := opts.Log.WithName("manager")
 	m := &Manager{
-		issuer: issuer{opts: opts, nodeHash: nodeHash, keys: newPendingKeys(log, opts.MetadataReader)},
-		log:    log,
-		life:   newLifetime(),
+		issuer: issuer{
+			clock:                opts.Clock,
+			store:                opts.MetadataReader,
+			driver:               driverFuncsOf(opts),
+			maxRequestsPerVolume: opts.MaxRequestsPerVolume,
+			jitter:               opts.RenewalJitter,
+			keys:                 newPendingKeys(log, opts.MetadataReader),
+		},
+		opts:     opts,
+		nodeHash: nodeHash,
+		schedule: loopScheduleOf(opts),
+		log:      log,
+		life:     newLifetime(),
 	}
 	m.admission = newAdmission(opts,
 		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
@@ -151,7 +166,7 @@ func (m *Manager) startLoop(v *volume, known *metadata.Metadata) {
 	if tr == nil {
 		return
 	}
-	go runLoop(&m.issuer, m, v, tr, known)
+	go runLoop(&m.issuer, m, m.schedule, v, tr, known)
 }
 
 // ManageVolume starts managing a volume in the background: its loop issues a certificate when
