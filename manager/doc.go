@@ -1,88 +1,96 @@
-// Package manager obtains and renews the certificate of every volume a driver publishes.
-//
-// For each managed volume the Manager runs one renewal loop:
-//
-//  1. Wait until due. One place decides it on every path (renewalPoint and untilDue): the
-//     NextIssuanceTime the driver persisted, when it is set and not zero, whether it is earlier
-//     or later than the library's default (with RenewalJitter, a draw in the window before it);
-//     the default handed to WriteKeypair when the driver persisted none after a success; at
-//     once when the volume has no certificate. While not due a volume costs nothing: no storage
-//     reads and no ticks, only one timer on the injected clock. Requeue, UnmanageVolume and Stop
-//     end the wait early. After a success, the publish's own included, the volume is not
-//     attempted again for one second on the injected clock, even if the new certificate is
-//     already due and even after a Requeue.
-//  2. Attempt one issuance, with a 60 s deadline on the injected clock. Attempts for different
-//     volumes run concurrently; attempts for one volume never overlap.
-//  3. Classify the outcome. Success resets both backoffs. ErrNotReadyToRequest (the driver's
-//     ReadyToRequest said "not yet") is an expected wait: the next step of the fast gate backoff,
-//     the renewal backoff reset, logged at V(4), counted as gate-pending rather than as an error.
-//     Any other error is logged, counted in issue_errors_total, waits the next step of the
-//     renewal backoff and resets the gate backoff.
-//  4. Wait the delay on the injected clock. Requeue cuts a gate-pending wait short, and so does
-//     the gate itself, asked again every GatePollInterval; nothing cuts an issuance-error wait
-//     short, which protects signers and the apiserver.
-//
-// One attempt (attempt.issue): delete CertificateRequests beyond MaxRequestsPerVolume (oldest
-// first); read the metadata; take the newest request if it is resumable (no Ready condition, or
-// Ready reason Pending, Issued or empty) and wait on it when its private key is held, or delete
-// it when not; ask ReadyToRequest; wait for admission; generate a key and a CSR, create the
-// CertificateRequest and wait for the informer to report it issued, denied or failed; then call
-// WriteKeypair. Private keys of pending requests are held independently of the managed set: a
-// publish that hits kubelet's deadline leaves its request and key, and kubelet's retry resumes
-// the same request instead of creating another. A publish (ManageVolumeForPublish) reads the
-// metadata once and asks the gate once, and hands both answers to its attempt.
-//
-// ManageVolume, ManageVolumeImmediate and UnmanageVolume return what drivers' tests expect (see
-// each method), and block as little: UnmanageVolume waits only for a WriteKeypair already
-// running, after which nothing writes for the volume. Stop waits for the Manager's own
-// goroutines but never for a driver-supplied function; a goroutine inside one exits, touching
-// nothing, when it returns.
-//
-// Admission (Options.MaxConcurrentIssuances and Options.IssuanceRateLimit, whose field docs
-// give the rules) bounds what one node sends the apiserver and the signers.
-// Options.RenewalJitter spreads renewals over a window before the default renewal point.
-//
-// With a store that implements storage.PendingKeyStore, the key of a pending request is also
-// persisted beside the volume's metadata, so a restarted manager resumes the request too. With
-// one that implements storage.SweptKeyStore, the key of a volume the start-up sweep removed
-// (its first publish was in flight when the driver stopped) waits, for five minutes after
-// start-up, for kubelet to publish that volume again, and that publish resumes the request.
-//
-// With Options.PodCondition set, the Manager keeps a condition on each pod with managed
-// volumes, True while all of them hold a valid certificate, for the pod's readiness gates.
-//
-// With Options.EventRecorder set, the Manager records Kubernetes Events on each volume's Pod:
-// certificate issued or renewed, an attempt failed (with the next attempt's time), the gate
-// pending too long, renewal overdue, certificate expired. Overdue and expired come from timers
-// on the injected clock, armed only when events or the state gauge are on.
-//
-// Every timer that decides when to retry, renew or give up comes from Options.Clock, so a test
-// drives the whole loop by stepping a fake clock.
+// Package manager obtains and renews the certificate of every volume a driver publishes: it
+// generates a key, creates a cert-manager CertificateRequest, waits for it to be signed, hands the
+// key pair to the driver's WriteKeypair and renews it before it expires.
 //
 // # Who owns what
 //
-// Each piece of state has one owner, with its own lock; the Manager points to them:
+// Each piece of state has one owner, with its own lock. The Manager wires the owners together and
+// serves the public API; nothing below it holds a *Manager.
 //
-//	Manager ── lifetime (the context Stop ends; the goroutines Stop waits for)
-//	  ├─ registry    the managed volumes by ID and by pod            (the Manager's one mutex)
-//	  │    └─ volume  one registration: its context, Requeue, last write, write fence
-//	  │         └─ loop  wait until due → attempt → wait by outcome   (state on its goroutine)
-//	  └─ issuer      (embedded) the options with the driver's functions and the clock, and
-//	       │         what every attempt uses:
+//	Manager ─ the public API; wires the owners; its lifetime is the context Stop ends and the
+//	  │       goroutines Stop waits for
+//	  ├─ volumeTable   the managed volumes, by ID and by pod, and what the board shows of each,
+//	  │    │           with the count of volumes in each state: one lock, so a registration
+//	  │    │           and what is shown of it come and go in one step
+//	  │    └─ volume   one registration: its context, its pending Requeue, its last write, the
+//	  │                fence that UnmanageVolume closes after a running WriteKeypair
+//	  ├─ loop          one per volume, on its own goroutine: wait until due → attempt → wait by
+//	  │                the outcome's class; its backoffs live on that goroutine's stack
+//	  └─ issuer        what an attempt uses, shared by the loops and the publishes:
 //	       ├─ requests    the informer on the node's CertificateRequests: find, build, create,
-//	       │              wait for, delete; creation order; the waiters its events wake
-//	       ├─ keys        pendingKeys: private keys of submitted requests, in memory and on
-//	       │              disk (the only writer of key files); keys the start-up sweep kept
-//	       ├─ admission   slots and the rate-limit bucket, first come, first served
-//	       └─ board       each volume's state for the gauge, its Events, overdue/expiry timers
-//	            └─ podConditions  with Options.PodCondition: each pod's volumes, what its
-//	                              condition should be and what it carries; a queue that writes it
+//	       │              wait for and delete them; the waiters its events wake
+//	       ├─ keys        the private keys of submitted requests, in memory and beside the
+//	       │              metadata; the only writer of key files
+//	       ├─ admission   the node-wide limits: slots and a rate bucket, first come first served
+//	       └─ board       the one place attempts report to: the metrics, the Events on the pod,
+//	            │         the state gauge, the overdue and expiry timers; it changes what is
+//	            │         shown of a volume only through the volume table
+//	            └─ podConditions  each pod's condition for its readiness gates, written by a queue
 //
-// What calls what: the public methods register a volume and start its loop; a loop or a
-// caller runs an attempt on the issuer; the attempt asks requests, keys and admission, and
-// tells the board what became of it (recordOutcome, certificateWritten). A loop reaches the
-// registry only through registrations (noting a volume's metadata, dropping a volume whose
-// metadata is gone). The informer's delete events reach keys through requests
-// (requestDeleted). Owners never call the Manager, except the timer that ends the kept keys'
-// grace period (expireSweptKeys), which registers with Stop.
+// When a volume is due is decided in one place, due.go: the NextIssuanceTime the driver stored
+// when it stored one (earlier or later than the library's default), else the default handed to
+// WriteKeypair after a success in this registration, else at once. The loop asks it on every path,
+// and tells the board the point it holds a certificate to, for the overdue and expiry timers.
+//
+// # A publish
+//
+// The node server registers the volume's metadata and reads it back once, then calls
+// ManageVolumeForPublish with what it read:
+//
+//	node server ─ metadata ─→ Manager: the volume is managed and not due → done
+//	                            │ asks the driver's readiness gate, once
+//	                            │   closed: an error matching ErrNotReadyToRequest (or, with
+//	                            │   ContinueOnNotReady, the volume is handed to its loop)
+//	                            ↓ open: registers the volume in the table, notes its pod
+//	                          issuer: one attempt, on the caller's goroutine, under its deadline
+//	                            │ requests: the volume's requests; a resumable one whose key is
+//	                            │   held is waited for instead of creating another
+//	                            │ admission: a slot, and a token of the rate bucket
+//	                            │ the driver: key, request, CSR, client
+//	                            │ keys: the key is held before the request exists
+//	                            │ requests: create, then wait for the informer to see it signed
+//	                            │ due: the renewal point handed to WriteKeypair
+//	                            │ the driver: WriteKeypair, behind the volume's fence
+//	                            ↓ board: the certificate is shown, the Issued event recorded
+//	                          the volume's loop starts, and waits until due
+//
+// A failed attempt leaves the volume registered without a loop; the node server unmanages it and
+// kubelet retries the publish, which resumes the request still pending if its key is held.
+//
+// # A renewal
+//
+// The loop sleeps on one timer of the injected clock until due; a volume that is not due costs
+// that timer and nothing else: no reads, no ticks. When it fires, the loop reads the metadata and
+// makes an attempt as above, under a deadline of its own on the injected clock, which is paused
+// while the attempt waits for admission. Its outcome picks the next wait:
+//
+//	success                  both backoffs reset; wait until due again (never at once, even if
+//	                         the new certificate is already due)
+//	ErrNotReadyToRequest     the gate's backoff; Requeue, RequeuePod or the gate itself, asked
+//	                         again while the loop waits, end the wait early
+//	any other error          the renewal backoff; nothing ends this wait early, which protects
+//	                         the signers and the apiserver
+//
+// The board is told each outcome: the counters, the state, an Event, and the overdue and expiry
+// timers it arms from the renewal point.
+//
+// # A restart
+//
+// NewManager starts the informer and waits for its cache, loads the keys the store's start-up
+// sweep kept, if the store keeps them (a first publish was in flight when the driver stopped, and
+// kubelet's next publish of that volume resumes its request), and registers every stored
+// volume whose metadata says a publish succeeded, with a loop that starts from the metadata it
+// read: a volume whose certificate is not due waits for its renewal point without contacting the
+// apiserver or the signer. A request left pending by the previous process is resumed when the
+// store persisted its key; otherwise it is deleted and a new one created. Volumes that were never
+// mounted are not resumed (storage removes them at start-up).
+//
+// # Blocking and the clock
+//
+// ManageVolume, ManageVolumeImmediate and UnmanageVolume return what drivers' tests expect (see
+// each method) and block as little as they can: UnmanageVolume waits only for a WriteKeypair
+// already running. Stop waits for the Manager's own goroutines but never for a driver-supplied
+// function; a goroutine inside one exits, touching nothing, when it returns. Every timer that
+// decides when to retry, renew or give up comes from Options.Clock, so a test drives the whole
+// manager by stepping a fake clock.
 package manager
