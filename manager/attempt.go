@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -92,15 +93,21 @@ func (a *attempt) callDriver(f func()) error {
 
 // issue makes the attempt:
 //  1. delete the volume's requests beyond MaxRequestsPerVolume, oldest first;
-//  2. read the metadata, unless the caller did;
+//  2. read the metadata, unless the caller did; if a request of the volume was sent and its
+//     create's outcome is unknown, settle it (see requests.settle) and wait for it: never a
+//     second request for one issuance;
 //  3. resume the newest request if it is resumable (see resumable): with its private key
 //     held (pendingKeys), wait for it; without, delete it and go on; a request that is not
 //     resumable is left alone;
 //  4. ask the readiness gate, unless the caller did (a refusal is a *NotReadyToRequestError),
 //     then wait for admission (see admit), which is held until the attempt is over; a resume
-//     (step 3) never waits for admission;
+//     (steps 2 and 3) never waits for admission;
 //  5. generate the key, the request bundle and the CSR; create the CertificateRequest;
 //  6. wait for it; on success call WriteKeypair and forget the key.
+//
+// Steps 1 and 3 read the volume's requests from the informer's cache. A delete that finds a
+// request already gone shows the cache is stale; the requests are then read from the apiserver,
+// and the step goes on with those.
 func (a *attempt) issue(ctx context.Context) error {
 	iss, v := a.iss, a.v
 	log := v.logger()
@@ -114,11 +121,11 @@ func (a *attempt) issue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	fromAPIServer := false
 	for len(reqs) > iss.maxRequestsPerVolume {
-		if err := iss.deleteRequest(ctx, log, reqs[0]); err != nil {
+		if reqs, fromAPIServer, err = a.deleteRequest(ctx, log, reqs[0], reqs[1:], fromAPIServer); err != nil {
 			return err
 		}
-		reqs = reqs[1:]
 	}
 
 	// Step 2.
@@ -128,9 +135,19 @@ func (a *attempt) issue(ctx context.Context) error {
 	} else if meta, err = iss.store.ReadMetadata(v.id); err != nil {
 		return fmt.Errorf("reading metadata: %w", err)
 	}
+	if sent, key, ok := iss.keys.unconfirmedRequest(v.id); ok {
+		settled, err := a.settle(ctx, log, meta, sent)
+		if err != nil {
+			return err
+		}
+		if settled != nil {
+			return a.waitAndWrite(ctx, meta, settled.Namespace, settled.Name, key)
+		}
+	}
 
 	// Step 3. A key not in memory may have been persisted by an earlier process.
-	if n := len(reqs); n > 0 && resumable(reqs[n-1]) {
+	deletedNewest := false
+	for n := len(reqs); n > 0 && resumable(reqs[n-1]); n = len(reqs) {
 		newest := reqs[n-1]
 		reqKey := requestKey(newest.Namespace, newest.Name)
 		key, ok := iss.keys.inMemoryKey(reqKey)
@@ -141,10 +158,16 @@ func (a *attempt) issue(ctx context.Context) error {
 			log.V(2).Info("Resuming CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
 			return a.waitAndWrite(ctx, meta, newest.Namespace, newest.Name, key)
 		}
-		if err := iss.deleteRequest(ctx, log, newest); err != nil {
+		wasFromAPIServer := fromAPIServer
+		if reqs, fromAPIServer, err = a.deleteRequest(ctx, log, newest, nil, fromAPIServer); err != nil {
 			return err
 		}
-	} else {
+		if fromAPIServer == wasFromAPIServer {
+			deletedNewest = true
+			break
+		}
+	}
+	if !deletedNewest {
 		iss.keys.removeUnclaimed(log, v.id)
 	}
 
@@ -209,6 +232,13 @@ func (a *attempt) issue(ctx context.Context) error {
 	iss.keys.remember(log, v.id, reqKey, key)
 	created, err := iss.requests.create(ctx, client, req)
 	if err != nil {
+		if createOutcomeUnknown(err) {
+			// The request may exist: its key and the request as sent stay held, and the next
+			// attempt settles it instead of creating another.
+			iss.keys.holdUnconfirmed(reqKey, req)
+			log.Info("The outcome of creating a CertificateRequest is unknown; the next attempt settles it", "request", req.Name, "namespace", req.Namespace, "error", err.Error())
+			return err
+		}
 		iss.keys.requestDeleted(reqKey)
 		return err
 	}
@@ -218,14 +248,60 @@ func (a *attempt) issue(ctx context.Context) error {
 	return a.waitAndWrite(ctx, meta, created.Namespace, created.Name, key)
 }
 
-// deleteRequest deletes a stale request of the volume and forgets its key.
-func (iss *issuer) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi.CertificateRequest) error {
-	if err := iss.requests.delete(ctx, req); err != nil {
-		return err
+// deleteRequest deletes a stale request of the volume and forgets its key, and returns the
+// volume's requests as the step goes on with them: rest, or, when the delete showed the cache
+// stale, the requests the apiserver holds (fromAPIServer is then true; a request already gone in
+// the apiserver's own answer was deleted meanwhile, and rest stands).
+func (a *attempt) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi.CertificateRequest, rest []*cmapi.CertificateRequest, fromAPIServer bool) ([]*cmapi.CertificateRequest, bool, error) {
+	iss := a.iss
+	err := iss.requests.delete(ctx, req)
+	if err != nil && !errors.Is(err, errStaleCache) {
+		return nil, fromAPIServer, err
 	}
 	iss.keys.requestDeleted(requestKey(req.Namespace, req.Name))
-	log.V(2).Info("Deleted stale CertificateRequest", "request", req.Name, "namespace", req.Namespace)
-	return nil
+	if err == nil {
+		log.V(2).Info("Deleted stale CertificateRequest", "request", req.Name, "namespace", req.Namespace)
+		return rest, fromAPIServer, nil
+	}
+	if fromAPIServer {
+		return rest, true, nil
+	}
+	log.Info("The CertificateRequest informer's cache is stale; reading the volume's requests from the apiserver", "request", req.Name, "namespace", req.Namespace)
+	reqs, err := iss.requests.forVolumeFromAPIServer(ctx, a.v.id)
+	return reqs, true, err
+}
+
+// settle settles the volume's request whose create's outcome is unknown (requests.settle):
+// it returns the request to wait for; nil, nil if it was created and has been deleted since (its
+// key is forgotten, and the attempt goes on to a new request); an error if its outcome is still
+// unknown (it stays held for the next attempt) or it can never be settled (its key is forgotten).
+func (a *attempt) settle(ctx context.Context, log logr.Logger, meta metadata.Metadata, sent *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
+	iss := a.iss
+	var client cmclient.Interface
+	var driverErr error
+	if err := a.callDriver(func() { client, driverErr = iss.driver.clientForMetadata(meta) }); err != nil {
+		return nil, err
+	}
+	if driverErr != nil {
+		return nil, fmt.Errorf("building client for volume: %w", driverErr)
+	}
+	reqKey := requestKey(sent.Namespace, sent.Name)
+	got, err := iss.requests.settle(ctx, client, sent)
+	switch {
+	case err == nil:
+		iss.keys.confirmed(reqKey)
+		log.Info("Settled a CertificateRequest whose create's outcome was unknown; resuming it", "request", got.Name, "namespace", got.Namespace)
+		return got, nil
+	case errors.Is(err, errRequestGone):
+		log.Info("A CertificateRequest whose create's outcome was unknown was created and has been deleted since", "request", sent.Name, "namespace", sent.Namespace)
+		iss.keys.requestDeleted(reqKey)
+		return nil, nil
+	case createOutcomeUnknown(err):
+		return nil, err
+	default:
+		iss.keys.requestDeleted(reqKey)
+		return nil, err
+	}
 }
 
 // waitAndWrite waits for a submitted request to finish, then hands the key pair to WriteKeypair

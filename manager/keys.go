@@ -43,6 +43,9 @@ type pendingKeys struct {
 	// delete events remove keys while attempts write them.
 	mu       sync.Mutex
 	inMemory map[string]heldKey
+	// unconfirmed holds, by volume ID, the request key of the volume's request whose create's
+	// outcome is unknown (see holdUnconfirmed); its key is in inMemory.
+	unconfirmed map[string]string
 	// sweptFor holds, by volume ID, the request each kept key belongs to.
 	sweptFor map[string]string
 	// stopExpiry stops the end of the kept keys' grace period.
@@ -53,6 +56,9 @@ type pendingKeys struct {
 type heldKey struct {
 	volumeID string
 	key      any
+	// request is the request as it was sent, while its create's outcome is unknown; nil once
+	// the apiserver answered.
+	request *cmapi.CertificateRequest
 }
 
 // pendingKeyRequestHeader is the PEM header naming the request a persisted key belongs to.
@@ -63,7 +69,7 @@ const pendingKeyRequestHeader = "CertificateRequest"
 const sweptKeyGrace = 5 * time.Minute
 
 func newPendingKeys(log logr.Logger, store storage.MetadataReader) *pendingKeys {
-	k := &pendingKeys{log: log, inMemory: make(map[string]heldKey), sweptFor: make(map[string]string)}
+	k := &pendingKeys{log: log, inMemory: make(map[string]heldKey), unconfirmed: make(map[string]string), sweptFor: make(map[string]string)}
 	k.store, _ = store.(storage.PendingKeyStore)
 	k.swept, _ = store.(storage.SweptKeyStore)
 	if k.store == nil {
@@ -101,6 +107,49 @@ func (k *pendingKeys) inMemoryKey(reqKey string) (any, bool) {
 	return pk.key, ok
 }
 
+// holdUnconfirmed keeps the key of a request whose create's outcome is unknown (the connection
+// broke, or the deadline passed, after the create was sent), with the request as it was sent, so
+// that the volume's next attempt settles that request instead of creating another. The key was
+// remembered before the create.
+func (k *pendingKeys) holdUnconfirmed(reqKey string, req *cmapi.CertificateRequest) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	pk, ok := k.inMemory[reqKey]
+	if !ok {
+		return
+	}
+	pk.request = req
+	k.inMemory[reqKey] = pk
+	k.unconfirmed[pk.volumeID] = reqKey
+}
+
+// unconfirmedRequest returns the volume's request whose create's outcome is unknown, with its
+// key; ok is false when there is none.
+func (k *pendingKeys) unconfirmedRequest(volumeID string) (req *cmapi.CertificateRequest, key any, ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	reqKey, ok := k.unconfirmed[volumeID]
+	if !ok {
+		return nil, nil, false
+	}
+	pk := k.inMemory[reqKey]
+	return pk.request, pk.key, true
+}
+
+// confirmed records that the apiserver holds the request: its key stays held as any pending
+// request's.
+func (k *pendingKeys) confirmed(reqKey string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	pk, ok := k.inMemory[reqKey]
+	if !ok || pk.request == nil {
+		return
+	}
+	pk.request = nil
+	k.inMemory[reqKey] = pk
+	delete(k.unconfirmed, pk.volumeID)
+}
+
 // count is how many keys are held in memory.
 func (k *pendingKeys) count() int {
 	k.mu.Lock()
@@ -122,6 +171,9 @@ func (k *pendingKeys) dropLocked(reqKey string) {
 		return
 	}
 	delete(k.inMemory, reqKey)
+	if k.unconfirmed[pk.volumeID] == reqKey {
+		delete(k.unconfirmed, pk.volumeID)
+	}
 	if k.store == nil {
 		return
 	}

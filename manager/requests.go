@@ -1,8 +1,12 @@
 package manager
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"net/http"
 	"sort"
 	"sync"
 	"time"
@@ -145,6 +149,13 @@ func (r *requests) forVolume(volumeID string) ([]*cmapi.CertificateRequest, erro
 			reqs = append(reqs, req)
 		}
 	}
+	r.sortByCreation(reqs)
+	return reqs, nil
+}
+
+// sortByCreation orders requests oldest first by CreationTimestamp, then by the order this
+// process created them, then by name.
+func (r *requests) sortByCreation(reqs []*cmapi.CertificateRequest) {
 	r.mu.Lock()
 	seq := make(map[*cmapi.CertificateRequest]uint64, len(reqs))
 	for _, req := range reqs {
@@ -161,7 +172,6 @@ func (r *requests) forVolume(volumeID string) ([]*cmapi.CertificateRequest, erro
 		}
 		return reqs[i].Name < reqs[j].Name
 	})
-	return reqs, nil
 }
 
 // exists reports whether the informer's cache holds the request.
@@ -220,7 +230,8 @@ func (r *requests) build(meta metadata.Metadata, bundle *CertificateRequestBundl
 	}
 }
 
-// create creates req with client, recording its place in this process's creation order first.
+// create creates req with client, recording its place in this process's creation order first
+// (kept when the create's outcome is unknown).
 func (r *requests) create(ctx context.Context, client cmclient.Interface, req *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
 	reqKey := requestKey(req.Namespace, req.Name)
 	r.mu.Lock()
@@ -229,20 +240,92 @@ func (r *requests) create(ctx context.Context, client cmclient.Interface, req *c
 	r.mu.Unlock()
 	created, err := client.CertmanagerV1().CertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
 	if err != nil {
-		r.forgetOrder(reqKey)
+		if !createOutcomeUnknown(err) {
+			r.forgetOrder(reqKey)
+		}
 		return nil, fmt.Errorf("creating CertificateRequest: %w", err)
 	}
 	return created, nil
 }
 
-// delete deletes a request (one already gone is not an error) and forgets its creation order.
+// createOutcomeUnknown reports whether a failed create may nevertheless have created the
+// request: no answer came from the apiserver (a broken connection, a deadline, a cancellation), or
+// it answered that it could not finish in time or failed inside (5xx).
+func createOutcomeUnknown(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	return status.Status().Code >= http.StatusInternalServerError
+}
+
+// errRequestGone: a request whose create's outcome was unknown was created, and has been deleted
+// since.
+var errRequestGone = errors.New("the CertificateRequest was created and has been deleted since")
+
+// settle finds out whether a request whose create's outcome was unknown exists, and creates it
+// if it does not: from the cache if it shows it; else by creating it again under the same name,
+// where AlreadyExists means the first create went through, and the request is then read from the
+// apiserver and checked to be the one sent (same labels and CSR). It returns the request as the
+// apiserver holds it; errRequestGone if it existed and was deleted since; any other error leaves
+// the outcome unknown (createOutcomeUnknown) or says why the request can never be settled.
+func (r *requests) settle(ctx context.Context, client cmclient.Interface, sent *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
+	if cached, err := r.lister.CertificateRequests(sent.Namespace).Get(sent.Name); err == nil {
+		return cached, nil
+	}
+	created, err := r.create(ctx, client, sent.DeepCopy())
+	if err == nil || !apierrors.IsAlreadyExists(err) {
+		return created, err
+	}
+	got, err := client.CertmanagerV1().CertificateRequests(sent.Namespace).Get(ctx, sent.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, errRequestGone
+	case err != nil:
+		return nil, fmt.Errorf("reading CertificateRequest %s/%s: %w", sent.Namespace, sent.Name, err)
+	case !maps.Equal(got.Labels, sent.Labels) || !bytes.Equal(got.Spec.Request, sent.Spec.Request):
+		return nil, fmt.Errorf("CertificateRequest %s/%s exists but is not the request this volume sent", sent.Namespace, sent.Name)
+	}
+	return got, nil
+}
+
+// errStaleCache: the informer's cache showed a request the apiserver no longer has.
+var errStaleCache = errors.New("the informer's cache is stale")
+
+// delete deletes a request and forgets its creation order. A request already gone means the
+// cache that showed it is stale: the error matches errStaleCache.
 func (r *requests) delete(ctx context.Context, req *cmapi.CertificateRequest) error {
 	err := r.client.CertmanagerV1().CertificateRequests(req.Namespace).Delete(ctx, req.Name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting stale CertificateRequest %s/%s: %w", req.Namespace, req.Name, err)
 	}
 	r.forgetOrder(requestKey(req.Namespace, req.Name))
+	if err != nil {
+		return fmt.Errorf("deleting stale CertificateRequest %s/%s: it was already gone: %w", req.Namespace, req.Name, errStaleCache)
+	}
 	return nil
+}
+
+// forVolumeFromAPIServer returns the volume's requests as the apiserver holds them (a list of
+// this node's requests of this one volume, by their labels), ordered as forVolume orders them:
+// for when the informer's cache is known to be stale.
+func (r *requests) forVolumeFromAPIServer(ctx context.Context, volumeID string) ([]*cmapi.CertificateRequest, error) {
+	selector := labels.SelectorFromSet(labels.Set{
+		api.NodeIDHashLabelKey:   r.nodeHash,
+		api.VolumeIDHashLabelKey: util.HashIdentifier(volumeID),
+	}).String()
+	list, err := r.client.CertmanagerV1().CertificateRequests("").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("listing CertificateRequests of volume from the apiserver: %w", err)
+	}
+	reqs := make([]*cmapi.CertificateRequest, 0, len(list.Items))
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp == nil {
+			reqs = append(reqs, &list.Items[i])
+		}
+	}
+	r.sortByCreation(reqs)
+	return reqs, nil
 }
 
 func (r *requests) forgetOrder(reqKey string) {

@@ -1,0 +1,126 @@
+package manager
+
+import (
+	"context"
+	"crypto"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/cert-manager/csi-lib/internal/certs"
+)
+
+// connectionReset is what a client sees when the connection breaks during a request.
+var connectionReset = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+
+// loseFirstCreate makes the first create of a CertificateRequest fail with a connection reset:
+// after the fake apiserver created it (acted) or before (not acted). It returns the name sent.
+func loseFirstCreate(e *env, acted bool) func() string {
+	var mu sync.Mutex
+	var sent string
+	gvr := cmapi.SchemeGroupVersion.WithResource("certificaterequests")
+	e.client.PrependReactor("create", "certificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if sent != "" {
+			return false, nil, nil
+		}
+		req := a.(k8stesting.CreateAction).GetObject().(*cmapi.CertificateRequest)
+		sent = req.Name
+		if acted {
+			if err := e.client.Tracker().Create(gvr, req.DeepCopy(), req.Namespace); err != nil {
+				return true, nil, err
+			}
+		}
+		return true, nil, connectionReset
+	})
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return sent
+	}
+}
+
+// A create whose response is lost leaves its key and request held; kubelet's retry of the
+// publish settles that request (it exists, or is created under the same name) and waits for it:
+// one request for the issuance, and the key written is the one it was made with.
+func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
+	for name, acted := range map[string]bool{"response lost after the create": true, "request lost before it": false} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			sentName := loseFirstCreate(e, acted)
+			e.register("v1", false)
+			m := e.start()
+			if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); err == nil {
+				t.Fatal("the attempt whose create broke succeeded")
+			}
+			if _, _, ok := m.keys.unconfirmedRequest("v1"); !ok {
+				t.Error("the key of a create whose outcome is unknown was not kept")
+			}
+			m.UnmanageVolume("v1")
+
+			done := make(chan error, 1)
+			go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
+			issued := e.issuePending()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			reqs := e.requests()
+			if len(reqs) != 1 || reqs[0].Name != sentName() {
+				names := []string{}
+				for _, r := range reqs {
+					names = append(names, r.Name)
+				}
+				t.Fatalf("requests %v, want only the one first sent, %s", names, sentName())
+			}
+			e.mu.Lock()
+			key := e.written["v1"][0]
+			e.mu.Unlock()
+			leaf, err := certs.ParseLeaf(issued.Status.Certificate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(leaf.PublicKey) {
+				t.Fatal("the key written is not the key the request was made with")
+			}
+			if _, _, ok := m.keys.unconfirmedRequest("v1"); ok || m.keys.count() != 0 {
+				t.Fatalf("keys left after the issuance: %d", m.keys.count())
+			}
+		})
+	}
+}
+
+// A create the apiserver refused for certain forgets its key: the next attempt makes a new
+// request.
+func TestRefusedCreateForgetsTheKey(t *testing.T) {
+	e := newEnv(t, nil)
+	refused := false
+	e.client.PrependReactor("create", "certificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if refused {
+			return false, nil, nil
+		}
+		refused = true
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "cert-manager.io", Resource: "certificaterequests"}, "x", nil)
+	})
+	e.register("v1", false)
+	m := e.start()
+	if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); !apierrors.IsForbidden(err) {
+		t.Fatalf("error %v, want the refusal", err)
+	}
+	if _, _, ok := m.keys.unconfirmedRequest("v1"); ok || m.keys.count() != 0 {
+		t.Fatalf("a refused create kept its key (%d keys)", m.keys.count())
+	}
+	m.UnmanageVolume("v1")
+	e.manageAndIssue("v1")
+	if n := len(e.requests()); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
+	}
+}
