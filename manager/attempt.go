@@ -35,6 +35,8 @@ type issuer struct {
 	keys      *pendingKeys
 	admission *admission
 	board     *board
+	// outage tells the loops when an apiserver they could not reach is back.
+	outage *outage
 }
 
 // driverFuncs are the driver's functions an attempt calls, every default filled in.

@@ -21,6 +21,8 @@ type loop struct {
 	// renewal and gate are working copies of the scheduled backoffs; resetting one copies its
 	// template again.
 	renewal, gate wait.Backoff
+	// outageOver is closed when the outage that failed the last attempt ends.
+	outageOver <-chan struct{}
 }
 
 // loopSchedule is how loops wait after an attempt: Options.RenewalBackoffConfig,
@@ -101,6 +103,9 @@ func (l *loop) run(known *metadata.Metadata) {
 		default:
 			delay = l.renewal.Step()
 			l.gate = l.schedule.gate
+			if unreachable(outcome) {
+				kind, l.outageOver = waitAfterOutage, iss.outage.noticed()
+			}
 		}
 		iss.board.attemptEnded(v, outcome, false, delay)
 		if outcome == nil {
@@ -126,14 +131,21 @@ const (
 	// waitAfterError: an issuance error. Nothing ends the wait early, which protects signers
 	// and the apiserver.
 	waitAfterError
+	// waitAfterOutage: the apiserver could not be reached. The end of the outage ends the wait
+	// (see outage); nothing else does.
+	waitAfterOutage
 )
 
 // sleep waits for d on the injected clock; kind says what may end it early. It returns false
 // if the volume was unmanaged or the manager stopped. A delay of zero or less does not wait.
 func (l *loop) sleep(d time.Duration, kind waitKind) bool {
 	v, poll := l.v, l.schedule.gatePoll
-	var requeue <-chan struct{}
-	if kind != waitAfterError {
+	var requeue, outageOver <-chan struct{}
+	switch kind {
+	case waitAfterError:
+	case waitAfterOutage:
+		outageOver = l.outageOver
+	default:
 		requeue = v.requeue
 	}
 	for d > 0 {
@@ -147,6 +159,10 @@ func (l *loop) sleep(d time.Duration, kind waitKind) bool {
 		case <-requeue:
 			t.Stop()
 			v.logger().V(4).Info("Requeued: re-evaluating now")
+			return true
+		case <-outageOver:
+			t.Stop()
+			v.logger().V(2).Info("The apiserver is reachable again: attempting now")
 			return true
 		case <-v.ctx.Done():
 			t.Stop()

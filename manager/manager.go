@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	cmlisters "github.com/cert-manager/cert-manager/pkg/client/listers/certmanager/v1"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
@@ -60,6 +61,7 @@ func NewManager(opts Options) (*Manager, error) {
 	m.admission = newAdmission(opts,
 		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
 		func() { opts.Metrics.IncrementAdmissionWaits(nodeHash) })
+	m.outage = newOutage(opts.Clock, apiserverProbe(opts.Client), m.life)
 	if m.requests, err = newRequests(opts.Client, opts.Clock, nodeHash, m.keys.requestDeleted); err != nil {
 		m.life.end()
 		return nil, err
@@ -80,6 +82,17 @@ func NewManager(opts Options) (*Manager, error) {
 	m.resumeMountedVolumes()
 	m.table.showAllCounts() // every state, zeros included, from the start
 	return m, nil
+}
+
+// apiserverProbe asks the apiserver for its version: the cheapest request every client may make.
+func apiserverProbe(client cmclient.Interface) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if rc := client.Discovery().RESTClient(); rc != nil {
+			return rc.Get().AbsPath("/version").Do(ctx).Error()
+		}
+		_, err := client.Discovery().ServerVersion() // a fake clientset's discovery
+		return err
+	}
 }
 
 // NewManagerOrDie is NewManager that panics on error.

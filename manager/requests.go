@@ -16,6 +16,7 @@ import (
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	cminformers "github.com/cert-manager/cert-manager/pkg/client/informers/externalversions"
 	cmlisters "github.com/cert-manager/cert-manager/pkg/client/listers/certmanager/v1"
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -37,6 +38,13 @@ const (
 	// cacheRetryInterval is how soon a wait re-reads the informer cache after an error other
 	// than "not found" (on the injected clock).
 	cacheRetryInterval = time.Second
+
+	// directReadInterval is how often a wait reads its request from the apiserver while the
+	// informer's watch is suspect (on the injected clock); directReadRate and directReadBurst
+	// bound those reads node-wide.
+	directReadInterval = time.Second
+	directReadRate     = 50
+	directReadBurst    = 50
 )
 
 // requests is the node's view of its CertificateRequests: one informer selected by the
@@ -61,17 +69,23 @@ type requests struct {
 	createdSeq uint64
 	// watchers are notified when the informer sees a change to a request, by request key.
 	watchers map[string]map[chan struct{}]struct{}
+	// watchSuspect: the informer's watch failed, or a call to the apiserver found it
+	// unreachable, and the informer has delivered no event since. Waiters then read their
+	// request from the apiserver, within directReads.
+	watchSuspect bool
+	directReads  *rate.Limiter
 }
 
 // newRequests sets up the informer on the node's requests; start runs it.
 func newRequests(client cmclient.Interface, clk clock.Clock, nodeHash string, deleted func(reqKey string)) (*requests, error) {
 	r := &requests{
-		client:   client,
-		clock:    clk,
-		nodeHash: nodeHash,
-		deleted:  deleted,
-		created:  make(map[string]uint64),
-		watchers: make(map[string]map[chan struct{}]struct{}),
+		client:      client,
+		clock:       clk,
+		nodeHash:    nodeHash,
+		deleted:     deleted,
+		created:     make(map[string]uint64),
+		watchers:    make(map[string]map[chan struct{}]struct{}),
+		directReads: rate.NewLimiter(directReadRate, directReadBurst),
 	}
 	selector := labels.SelectorFromSet(labels.Set{api.NodeIDHashLabelKey: nodeHash}).String()
 	r.factory = cminformers.NewSharedInformerFactoryWithOptions(client, 0,
@@ -80,6 +94,12 @@ func newRequests(client cmclient.Interface, clk clock.Clock, nodeHash string, de
 	r.informer = informer.Informer()
 	if err := r.informer.AddIndexers(cache.Indexers{volumeHashIndex: indexByVolumeHash}); err != nil {
 		return nil, fmt.Errorf("adding index to CertificateRequest informer: %w", err)
+	}
+	if err := r.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, refl *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, refl, err)
+		r.suspectWatch()
+	}); err != nil {
+		return nil, fmt.Errorf("setting the CertificateRequest informer's watch error handler: %w", err)
 	}
 	if _, err := r.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    r.changed,
@@ -240,6 +260,7 @@ func (r *requests) create(ctx context.Context, client cmclient.Interface, req *c
 	r.mu.Unlock()
 	created, err := client.CertmanagerV1().CertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
 	if err != nil {
+		r.noteCallFailed(err)
 		if !createOutcomeUnknown(err) {
 			r.forgetOrder(reqKey)
 		}
@@ -297,6 +318,7 @@ var errStaleCache = errors.New("the informer's cache is stale")
 func (r *requests) delete(ctx context.Context, req *cmapi.CertificateRequest) error {
 	err := r.client.CertmanagerV1().CertificateRequests(req.Namespace).Delete(ctx, req.Name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
+		r.noteCallFailed(err)
 		return fmt.Errorf("deleting stale CertificateRequest %s/%s: %w", req.Namespace, req.Name, err)
 	}
 	r.forgetOrder(requestKey(req.Namespace, req.Name))
@@ -316,6 +338,7 @@ func (r *requests) forVolumeFromAPIServer(ctx context.Context, volumeID string) 
 	}).String()
 	list, err := r.client.CertmanagerV1().CertificateRequests("").List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
+		r.noteCallFailed(err)
 		return nil, fmt.Errorf("listing CertificateRequests of volume from the apiserver: %w", err)
 	}
 	reqs := make([]*cmapi.CertificateRequest, 0, len(list.Items))
@@ -344,19 +367,30 @@ type waitError struct {
 func (e *waitError) Error() string { return "waiting for request: " + e.reason }
 func (e *waitError) Unwrap() error { return e.cause }
 
-// wait waits until the informer reports the request issued (returned), denied or failed
-// (finished is true, with the error drivers' tests match). It reacts to informer events; a
-// request not yet in the cache is waited for, and a cache error other than "not found" is
-// retried after cacheRetryInterval. When ctx ends the error is a *waitError naming the last
-// state seen.
+// wait waits until the request is issued (returned), denied or failed (finished is true, with
+// the error drivers' tests match). It reacts to informer events; a request not yet in the cache
+// is waited for, and a cache error other than "not found" is retried after cacheRetryInterval.
+// While the informer's watch is suspect (see watchSuspect) it also reads the request from the
+// apiserver every directReadInterval, so that a broken watch never holds a signed certificate
+// back. When ctx ends the error is a *waitError naming the last state seen.
 func (r *requests) wait(ctx context.Context, namespace, name string) (req *cmapi.CertificateRequest, finished bool, err error) {
 	notify, unwatch := r.watch(requestKey(namespace, name))
 	defer unwatch()
 	seen := false
 	lastReason := "request not yet in the informer cache"
+	var direct *cmapi.CertificateRequest // the last direct read, newer than the cache's
+	var pollTimer clock.Timer
+	defer func() {
+		if pollTimer != nil {
+			pollTimer.Stop()
+		}
+	}()
 	for {
-		var retry <-chan time.Time
+		var retry, poll <-chan time.Time
 		req, err := r.lister.CertificateRequests(namespace).Get(name)
+		if direct != nil && (err != nil || newerThan(direct, req)) {
+			req, err = direct, nil
+		}
 		switch {
 		case err == nil:
 			seen = true
@@ -375,13 +409,96 @@ func (r *requests) wait(ctx context.Context, namespace, name string) (req *cmapi
 			defer t.Stop()
 			retry = t.C()
 		}
+		switch suspect := r.isWatchSuspect(); {
+		case suspect && pollTimer == nil:
+			pollTimer = r.clock.NewTimer(directReadInterval)
+			poll = pollTimer.C()
+		case suspect:
+			poll = pollTimer.C()
+		case pollTimer != nil:
+			pollTimer.Stop()
+			pollTimer = nil
+		}
 		select {
 		case <-notify:
 		case <-retry:
+		case <-poll:
+			pollTimer = nil
+			got, gone := r.readDirect(ctx, namespace, name)
+			if gone && seen {
+				return nil, true, fmt.Errorf("request %q was deleted before it was issued", name)
+			}
+			if got != nil {
+				direct = got
+			}
 		case <-ctx.Done():
 			return nil, false, &waitError{reason: lastReason, cause: context.Cause(ctx)}
 		}
 	}
+}
+
+// readDirect reads a request from the apiserver, if the node-wide bound on direct reads allows
+// one now. gone is true when the apiserver does not have it.
+func (r *requests) readDirect(ctx context.Context, namespace, name string) (req *cmapi.CertificateRequest, gone bool) {
+	if !r.directReads.AllowN(r.clock.Now(), 1) {
+		return nil, false
+	}
+	req, err := r.client.CertmanagerV1().CertificateRequests(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return req, false
+	case apierrors.IsNotFound(err):
+		return nil, true
+	default:
+		r.noteCallFailed(err)
+		return nil, false
+	}
+}
+
+// noteCallFailed learns from a failed call to the apiserver: one that got no answer at all (a
+// refused or broken connection) means the informer's watch is down too, though client-go
+// retries a refused watch without reporting it.
+func (r *requests) noteCallFailed(err error) {
+	var status apierrors.APIStatus
+	if err != nil && !errors.As(err, &status) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		r.suspectWatch()
+	}
+}
+
+// newerThan reports whether a request read from the apiserver is newer than the cache's copy:
+// its resourceVersion differs and it carries more (an outcome the cache's copy lacks).
+func newerThan(direct, cached *cmapi.CertificateRequest) bool {
+	if cached == nil || direct.ResourceVersion == cached.ResourceVersion {
+		return false
+	}
+	directDone, _ := requestOutcome(direct)
+	cachedDone, _ := requestOutcome(cached)
+	return directDone && !cachedDone
+}
+
+// suspectWatch marks the informer's watch as suspect, and wakes every waiter so that it starts
+// reading its request from the apiserver.
+func (r *requests) suspectWatch() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watchSuspect {
+		return
+	}
+	r.watchSuspect = true
+	for _, chans := range r.watchers {
+		for ch := range chans {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (r *requests) isWatchSuspect() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.watchSuspect
 }
 
 // watch registers interest in changes to one request.
@@ -429,9 +546,12 @@ func (r *requests) gone(obj any) {
 	r.notify(key)
 }
 
+// notify wakes the request's waiters. The informer delivered an event, so its watch is no
+// longer suspect.
 func (r *requests) notify(reqKey string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.watchSuspect = false
 	for ch := range r.watchers[reqKey] {
 		select {
 		case ch <- struct{}{}:

@@ -1,0 +1,105 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/utils/clock"
+)
+
+const (
+	// outageProbeInterval is how often the apiserver is probed during an outage (on the
+	// injected clock).
+	outageProbeInterval = time.Second
+	// outageProbeTimeout bounds one probe.
+	outageProbeTimeout = 5 * time.Second
+)
+
+// outage notices when the apiserver cannot be reached and when it can be again. A loop whose
+// attempt failed for want of it waits its renewal backoff as after any error, but the end of the
+// outage ends that wait, so that due volumes renew as soon as the apiserver is back instead of at
+// the end of a backoff step (admission still bounds how many attempts start at once). An outage
+// is confirmed by a probe that fails; a failure the first probe contradicts was not one, and its
+// loop waits its backoff in full.
+type outage struct {
+	clock clock.Clock
+	// probe asks the apiserver something cheap; nil error: it answered.
+	probe func(ctx context.Context) error
+	life  *lifetime
+
+	mu      sync.Mutex
+	probing bool
+	over    chan struct{} // closed when the outage being probed ends
+}
+
+func newOutage(clk clock.Clock, probe func(ctx context.Context) error, life *lifetime) *outage {
+	return &outage{clock: clk, probe: probe, life: life, over: make(chan struct{})}
+}
+
+// unreachable reports whether an attempt's error says the apiserver could not be reached: no
+// answer came (a refused, reset or broken connection), as opposed to an answer that refused the
+// request, a signer's verdict or a deadline.
+func unreachable(err error) bool {
+	var status apierrors.APIStatus
+	if err == nil || errors.As(err, &status) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
+}
+
+// noticed records a failure to reach the apiserver and returns a channel that is closed when the
+// outage ends; it starts probing the apiserver unless a probe is running.
+func (o *outage) noticed() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	over := o.over
+	if o.probing {
+		return over
+	}
+	tr := o.life.track()
+	if tr == nil {
+		return over
+	}
+	o.probing = true
+	go o.probeUntilBack(tr)
+	return over
+}
+
+// probeUntilBack probes the apiserver at once and then every outageProbeInterval until it
+// answers; if a probe failed first (the outage was real), the answer ends the outage.
+func (o *outage) probeUntilBack(tr *tracked) {
+	defer tr.done()
+	confirmed := false
+	for {
+		ctx, cancel := context.WithTimeout(o.life.ctx, outageProbeTimeout)
+		err := o.probe(ctx)
+		cancel()
+		if err == nil {
+			o.mu.Lock()
+			o.probing = false
+			if confirmed {
+				close(o.over)
+				o.over = make(chan struct{})
+			}
+			o.mu.Unlock()
+			return
+		}
+		confirmed = true
+		t := o.clock.NewTimer(outageProbeInterval)
+		select {
+		case <-t.C():
+		case <-o.life.ctx.Done():
+			t.Stop()
+			o.mu.Lock()
+			o.probing = false
+			o.mu.Unlock()
+			return
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package manager
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+var connectionRefused = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+
+// refuseWhile makes creates and the version probe fail with a refused connection while down is
+// set, as an apiserver that is not running would.
+func refuseWhile(e *env, down *atomic.Bool) {
+	refuse := func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, connectionRefused
+		}
+		return false, nil, nil
+	}
+	e.client.PrependReactor("create", "certificaterequests", refuse)
+	e.client.PrependReactor("get", "version", refuse)
+}
+
+// A loop whose attempt could not reach the apiserver attempts again as soon as a probe finds it
+// back, not at the end of its backoff step; one whose failure the first probe contradicts waits
+// its step in full.
+func TestLoopAttemptsAsSoonAsTheApiserverIsBack(t *testing.T) {
+	t.Run("outage", func(t *testing.T) {
+		e := newEnv(t, nil)
+		var down atomic.Bool
+		down.Store(true)
+		refuseWhile(e, &down)
+		e.register("v1", true)
+		e.start()
+		if d := e.nextTimer(); d != issueTimeout {
+			t.Fatalf("expected an attempt, got a %v timer", d)
+		}
+		// The loop waits its 30 s step; the probe failed and waits its interval.
+		got := map[time.Duration]bool{e.nextTimer(): true, e.nextTimer(): true}
+		if !got[30*time.Second] || !got[outageProbeInterval] {
+			t.Fatalf("timers %v, want the backoff step and the probe interval", got)
+		}
+		e.poll("the loop and the prober to wait", func() bool { return e.clock.Waiters() == 2 })
+
+		down.Store(false)
+		e.clock.Step(outageProbeInterval)
+		if d := e.nextTimer(); d != issueTimeout {
+			t.Fatalf("the apiserver is back but the loop did not attempt (next timer %v)", d)
+		}
+		e.issuePending()
+		e.poll("the certificate", func() bool { return e.writtenCount() == 1 })
+		if e.clock.Since(start) != outageProbeInterval {
+			t.Fatalf("renewed %v after the failure, want %v", e.clock.Since(start), outageProbeInterval)
+		}
+	})
+	t.Run("a failure the probe contradicts", func(t *testing.T) {
+		e := newEnv(t, nil)
+		var down atomic.Bool
+		refuseWhile(e, &down)
+		refused := false
+		e.client.PrependReactor("create", "certificaterequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if !refused {
+				refused = true
+				return true, nil, connectionRefused
+			}
+			return false, nil, nil
+		})
+		e.register("v1", true)
+		e.start()
+		e.expectAttemptThenWait(30 * time.Second)
+		e.poll("the probe to end", func() bool {
+			e.m.outage.mu.Lock()
+			defer e.m.outage.mu.Unlock()
+			return !e.m.outage.probing
+		})
+		e.stepNotYet(30 * time.Second)
+		e.clock.Step(time.Millisecond)
+		if d := e.nextTimer(); d != issueTimeout {
+			t.Fatalf("expected the attempt after the full step, got a %v timer", d)
+		}
+	})
+}
+
+func TestUnreachable(t *testing.T) {
+	for err, want := range map[error]bool{
+		connectionRefused:                    true,
+		connectionReset:                      true,
+		errors.New("generating private key"): false,
+		errAttemptTimeout:                    false,
+	} {
+		if got := unreachable(err); got != want {
+			t.Errorf("unreachable(%v) = %v, want %v", err, got, want)
+		}
+	}
+}
