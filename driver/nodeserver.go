@@ -173,7 +173,8 @@ func (ns *nodeServer) lockVolume(ctx context.Context, id string) (func(), error)
 // (Manager.ManageVolumeForPublish): a definite failure reaches kubelet as Unknown with the
 // manager's text, a closed readiness gate as Unknown with the text drivers match on (unless
 // ContinueOnNotReady hands the volume to the background loop), and a deadline that passes first
-// as DeadlineExceeded: the request stays pending and kubelet's retry resumes it.
+// as DeadlineExceeded: the request stays pending and kubelet's retry resumes it. A pod that is
+// terminating (manager.ErrPodTerminating) gets Aborted at once, which makes kubelet unpublish.
 func (ns *nodeServer) obtainCertificate(ctx context.Context, id string, stored metadata.Metadata) error {
 	err := ns.manager.ManageVolumeForPublish(ctx, stored, ns.continueOnNotReady)
 	var notReady *manager.NotReadyToRequestError
@@ -182,6 +183,9 @@ func (ns *nodeServer) obtainCertificate(ctx context.Context, id string, stored m
 		return nil
 	case errors.As(err, &notReady) && !ns.continueOnNotReady:
 		return notReadyError(notReady.Reason)
+	case errors.Is(err, manager.ErrPodTerminating):
+		// A code kubelet takes as "maybe mounted": it unpublishes the volume, and the pod goes.
+		return status.Errorf(codes.Aborted, "not publishing volume %q: %v", id, err)
 	case ctx.Err() != nil:
 		return status.Errorf(codes.DeadlineExceeded, "waiting for the certificate of volume %q: %v", id, err)
 	default:

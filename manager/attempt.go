@@ -113,6 +113,9 @@ func (a *attempt) callDriver(f func()) error {
 func (a *attempt) issue(ctx context.Context) error {
 	iss, v := a.iss, a.v
 	log := v.logger()
+	if v.terminating.Load() {
+		return ErrPodTerminating
+	}
 	iss.board.attemptStarted(v)
 	if err := iss.requests.waitForSync(ctx); err != nil {
 		return fmt.Errorf("CertificateRequest informer not synced: %w", err)
@@ -365,10 +368,22 @@ func (iss *issuer) issueForCaller(ctx context.Context, v *volume, meta metadata.
 	drainRequeue(v)
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(&v.ctx, func() { cancel(errStopped) })
+	v.attemptStarted(cancel)
 	err := (&attempt{iss: iss, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
+	v.attemptDone()
+	err = podTerminatedAttempt(ctx, err)
 	stop()
 	cancel(nil)
 	iss.board.attemptEnded(v, err, true, 0)
+	return err
+}
+
+// podTerminatedAttempt is an attempt's error, made to match ErrPodTerminating if the attempt was
+// ended because its pod terminates (the calls it was in may report only a cancelled context).
+func podTerminatedAttempt(ctx context.Context, err error) error {
+	if err != nil && !errors.Is(err, ErrPodTerminating) && errors.Is(context.Cause(ctx), ErrPodTerminating) {
+		return fmt.Errorf("%w: %v", ErrPodTerminating, err)
+	}
 	return err
 }
 
@@ -402,16 +417,16 @@ func (a *attempt) admit(ctx context.Context) (release func(), err error) {
 	return release, nil
 }
 
-// attemptContext derives a background attempt's context: it ends with the volume, or after
-// issueTimeout on the injected clock. The returned cancel stops the timer synchronously, so a
-// fake clock shows no stray waiter once the attempt is over.
-func attemptContext(clk clock.Clock, v *volume) (context.Context, *attemptDeadline, func()) {
-	ctx, cancel := context.WithCancelCause(&v.ctx)
-	d := &attemptDeadline{clock: clk, cancel: cancel}
+// attemptContext derives a background attempt's context: it ends with the volume, after
+// issueTimeout on the injected clock, or when end is called with a cause. The returned cancel
+// stops the timer synchronously, so a fake clock shows no stray waiter once the attempt is over.
+func attemptContext(clk clock.Clock, v *volume) (ctx context.Context, d *attemptDeadline, end context.CancelCauseFunc, cancel func()) {
+	ctx, end = context.WithCancelCause(&v.ctx)
+	d = &attemptDeadline{clock: clk, cancel: end}
 	d.restart()
-	return ctx, d, func() {
+	return ctx, d, end, func() {
 		d.pause()
-		cancel(nil)
+		end(nil)
 	}
 }
 

@@ -202,6 +202,8 @@ func (b *board) attemptEnded(v *volume, err error, forCaller bool, next time.Dur
 			b.metrics.IncrementIssueErrorCountTotal(b.nodeHash, v.id)
 		}
 		b.gatePending(v, gateReason(err))
+	case errors.Is(err, ErrPodTerminating) && v.terminating.Load():
+		log.Info("The volume's pod is terminating: no further issuance attempt", "reason", err.Error())
 	default:
 		log.Error(err, "Issuance attempt failed")
 		b.metrics.IncrementIssueErrorCountTotal(b.nodeHash, v.id)

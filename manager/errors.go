@@ -22,6 +22,13 @@ func (e *NotReadyToRequestError) Error() string {
 // Is reports whether target is ErrNotReadyToRequest.
 func (e *NotReadyToRequestError) Is(target error) bool { return target == ErrNotReadyToRequest }
 
+// ErrPodTerminating is the error of an attempt that ended, or was refused, because the volume's
+// pod is terminating or gone: told by PodTerminating, learned from the pod's own reads (with
+// Options.PodCondition), or seen when the request being waited for is deleted (the garbage
+// collector deletes it with its pod). Match it with errors.Is; the node server answers kubelet
+// with Aborted, a code kubelet takes as "maybe mounted", so that it unpublishes the volume.
+var ErrPodTerminating = errors.New("the volume's pod is terminating")
+
 // errAttemptTimeout ends an issuance attempt that took longer than issueTimeout.
 var errAttemptTimeout = errors.New("issuance attempt timed out")
 

@@ -92,6 +92,12 @@ func (l *loop) run(known *metadata.Metadata) {
 		if errors.Is(outcome, errStopped) {
 			return
 		}
+		if errors.Is(outcome, ErrPodTerminating) && v.terminating.Load() {
+			// Nothing more is attempted; the volume waits to be unmanaged.
+			iss.board.attemptEnded(v, outcome, false, 0)
+			<-v.ctx.Done()
+			return
+		}
 		var delay time.Duration
 		kind := waitAfterError
 		switch {
@@ -204,8 +210,11 @@ func (l *loop) gateOpens() (open, alive bool) {
 func (l *loop) issue() error {
 	v := l.v
 	drainRequeue(v)
-	ctx, deadline, cancel := attemptContext(l.iss.clock, v)
+	ctx, deadline, end, cancel := attemptContext(l.iss.clock, v)
+	v.attemptStarted(end)
 	err := (&attempt{iss: l.iss, v: v, tr: l.tr, deadline: deadline}).issue(ctx)
+	v.attemptDone()
+	err = podTerminatedAttempt(ctx, err)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
 	cancel()

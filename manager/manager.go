@@ -68,7 +68,7 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	var conditions *podConditions
 	if opts.PodCondition != nil {
-		conditions = newPodConditions(opts.PodCondition, opts.Clock, log)
+		conditions = newPodConditions(opts.PodCondition, opts.Clock, log, m.PodTerminating)
 		go conditions.run()
 	}
 	m.table = newVolumeTable(stateGauge(opts.Metrics, nodeHash))
@@ -337,6 +337,21 @@ func (m *Manager) Requeue(volumeID string) {
 func (m *Manager) RequeuePod(podUID types.UID) {
 	for _, id := range m.table.podVolumes(podUID) {
 		m.Requeue(id)
+	}
+}
+
+// PodTerminating tells the manager that the pod with the given UID is terminating or gone,
+// typically from a pod informer's update handler (a deletion timestamp) or delete handler. An
+// attempt in flight for any of its volumes, a publish's included, ends at once with an error
+// matching ErrPodTerminating, and no further attempt is made for them: nothing more is created
+// for the pod. The volumes stay managed until they are unmanaged (kubelet unpublishes them).
+// The manager remembers the pod for an hour, so a publish that arrives later is refused too.
+func (m *Manager) PodTerminating(podUID types.UID) {
+	if podUID == "" {
+		return
+	}
+	if n := m.table.podTerminates(podUID, m.opts.Clock.Now()); n > 0 {
+		m.log.Info("Pod is terminating: ending its volumes' issuance", "pod_uid", podUID, "volumes", n)
 	}
 }
 

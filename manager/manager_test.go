@@ -568,7 +568,7 @@ func TestAttemptDeadlineOnEitherClock(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			fc := testclock.NewFakeClock(start)
 			v := newVolume("v", start, logr.Discard())
-			ctx, deadline, cancel := attemptContext(wrap(fc), v)
+			ctx, deadline, _, cancel := attemptContext(wrap(fc), v)
 			defer cancel()
 			fc.Step(issueTimeout - time.Millisecond)
 			if ctx.Err() != nil {

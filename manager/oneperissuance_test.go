@@ -3,11 +3,13 @@ package manager
 import (
 	"context"
 	"crypto"
+	"errors"
 	"net"
 	"os"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -122,5 +124,35 @@ func TestRefusedCreateForgetsTheKey(t *testing.T) {
 	e.manageAndIssue("v1")
 	if n := len(e.requests()); n != 1 {
 		t.Fatalf("%d requests, want 1", n)
+	}
+}
+
+// PodTerminating ends a publish's wait for its request at once, and nothing more is created for
+// the pod: a later publish of its volume is refused without a request.
+func TestPodTerminatingEndsThePublishAndCreatesNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	meta := e.register("v1", false)
+	m := e.start()
+	done := make(chan error, 1)
+	go func() { done <- m.ManageVolumeForPublish(context.Background(), meta, false) }()
+	e.waitForPending()
+	m.PodTerminating("uid-v1")
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrPodTerminating) {
+			t.Fatalf("publish = %v, want ErrPodTerminating", err)
+		}
+	case <-time.After(pollTimeout):
+		t.Fatal("the publish still waits for its request after PodTerminating")
+	}
+	m.UnmanageVolume("v1")
+	if err := m.ManageVolumeForPublish(context.Background(), meta, false); !errors.Is(err, ErrPodTerminating) {
+		t.Fatalf("a later publish = %v, want ErrPodTerminating", err)
+	}
+	if n := len(e.requests()); n != 1 {
+		t.Fatalf("%d requests, want only the first publish's", n)
+	}
+	if got := e.counter(issueErrors, "v1"); got != 0 {
+		t.Fatalf("a terminating pod counted %v issuance errors", got)
 	}
 }

@@ -96,6 +96,8 @@ type podConditions struct {
 	ctx    context.Context // ends on stop; bounds the API calls
 	cancel context.CancelFunc
 	done   chan struct{}
+	// podEnding is told of a pod the reads find terminating or gone.
+	podEnding func(uid types.UID)
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
@@ -113,7 +115,7 @@ type podState struct {
 	gone bool
 }
 
-func newPodConditions(pc *PodCondition, clk clock.Clock, log logr.Logger) *podConditions {
+func newPodConditions(pc *PodCondition, clk clock.Clock, log logr.Logger, podEnding func(types.UID)) *podConditions {
 	cfg := workqueue.TypedRateLimitingQueueConfig[types.UID]{}
 	if c, ok := clk.(clock.WithTicker); ok {
 		cfg.Clock = c
@@ -124,11 +126,12 @@ func newPodConditions(pc *PodCondition, clk clock.Clock, log logr.Logger) *podCo
 		margin = DefaultPodConditionExpiryMargin
 	}
 	return &podConditions{
-		typ:    pc.Type,
-		margin: margin,
-		client: pc.Client,
-		clock:  clk,
-		log:    log.WithName("pod-condition"),
+		typ:       pc.Type,
+		margin:    margin,
+		client:    pc.Client,
+		clock:     clk,
+		podEnding: podEnding,
+		log:       log.WithName("pod-condition"),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, time.Minute), cfg),
 		ctx:    ctx,
@@ -266,6 +269,9 @@ func (p *podConditions) sync(uid types.UID) error {
 		if err != nil {
 			return fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
 		}
+		if pod.DeletionTimestamp != nil {
+			p.podEnding(uid)
+		}
 		carried = findCondition(pod.Status.Conditions, p.typ)
 		p.learn(uid, carried)
 	}
@@ -298,8 +304,9 @@ func (p *podConditions) sync(uid types.UID) error {
 	return nil
 }
 
-// markGone records that the pod no longer exists.
+// markGone tells podEnding that the pod no longer exists, then records it.
 func (p *podConditions) markGone(uid types.UID) {
+	p.podEnding(uid)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s := p.pods[uid]; s != nil {

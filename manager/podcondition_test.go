@@ -364,10 +364,19 @@ func TestPodConditionDropsAGonePod(t *testing.T) {
 		return s != nil && s.gone
 	}
 	e.poll("the pod to be known gone", gone)
-	// The volume's state is shown again (a failed renewal at its due time): nothing is written.
-	e.failKeygen.Store(true)
-	e.clock.SetTime(start.Add(50 * time.Minute))
-	e.poll("a failed renewal", func() bool { return e.counter(issueErrors, "v1") >= 1 })
+	// A gone pod's volume makes no further attempt (nothing is created for it): its renewal
+	// point passes without one. Its state is shown again when its certificate expires, and
+	// nothing is written.
+	calls := e.counter(issueCalls, "v1")
+	e.clock.SetTime(start.Add(time.Hour))
+	e.poll("the certificate shown expired", func() bool {
+		expired := false
+		m.table.update(m.table.get("v1"), func(s *shownVolume) { expired = s.status.expired })
+		return expired
+	})
+	if got := e.counter(issueCalls, "v1"); got != calls {
+		t.Fatalf("%v attempts for a gone pod's volume, want none", got-calls)
+	}
 	if _, patches := podCalls(kube); patches != 1 {
 		t.Fatalf("%d patches for a gone pod, want the one that found it gone", patches)
 	}

@@ -401,7 +401,7 @@ func (r *requests) wait(ctx context.Context, namespace, name string) (req *cmapi
 			lastReason = pendingReason(req)
 		case apierrors.IsNotFound(err):
 			if seen {
-				return nil, true, fmt.Errorf("request %q was deleted before it was issued", name)
+				return nil, true, deletedWhileWaiting(name)
 			}
 		default:
 			lastReason = err.Error()
@@ -426,7 +426,7 @@ func (r *requests) wait(ctx context.Context, namespace, name string) (req *cmapi
 			pollTimer = nil
 			got, gone := r.readDirect(ctx, namespace, name)
 			if gone && seen {
-				return nil, true, fmt.Errorf("request %q was deleted before it was issued", name)
+				return nil, true, deletedWhileWaiting(name)
 			}
 			if got != nil {
 				direct = got
@@ -435,6 +435,14 @@ func (r *requests) wait(ctx context.Context, namespace, name string) (req *cmapi
 			return nil, false, &waitError{reason: lastReason, cause: context.Cause(ctx)}
 		}
 	}
+}
+
+// deletedWhileWaiting is the error of a wait whose request was deleted before it was issued. It
+// matches ErrPodTerminating: this process never deletes a request it waits for, and the garbage
+// collector deletes one when its pod is gone. Were the pod alive after all, kubelet's retry of
+// the publish issues anew.
+func deletedWhileWaiting(name string) error {
+	return fmt.Errorf("request %q was deleted before it was issued (%w)", name, ErrPodTerminating)
 }
 
 // readDirect reads a request from the apiserver, if the node-wide bound on direct reads allows

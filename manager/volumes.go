@@ -25,6 +25,9 @@ type volumeTable struct {
 	// byPod holds the IDs of each pod's volumes: a slice, as a pod rarely has more than one.
 	byPod  map[types.UID][]string
 	counts map[string]int // registered volumes by state
+	// terminating holds the pods known to be terminating, with when that was learned; their
+	// volumes make no attempt. Entries go after terminatingMemory.
+	terminating map[types.UID]time.Time
 	// showCounts is told the counts after every change, under the lock; it must not keep them.
 	showCounts func(counts map[string]int)
 }
@@ -32,7 +35,8 @@ type volumeTable struct {
 func newVolumeTable(showCounts func(counts map[string]int)) *volumeTable {
 	return &volumeTable{
 		byID:       make(map[string]*volume),
-		byPod:      make(map[types.UID][]string),
+		byPod:       make(map[types.UID][]string),
+		terminating: make(map[types.UID]time.Time),
 		counts:     make(map[string]int),
 		showCounts: showCounts,
 	}
@@ -113,8 +117,35 @@ func (t *volumeTable) setPod(v *volume, uid types.UID) bool {
 	v.podUID = uid
 	if uid != "" {
 		t.byPod[uid] = append(t.byPod[uid], v.id)
+		if _, ok := t.terminating[uid]; ok {
+			v.podTerminates()
+		}
 	}
 	return true
+}
+
+// terminatingMemory is how long the table remembers a terminating pod: far longer than any
+// grace period kubelet honours before it unpublishes the pod's volumes.
+const terminatingMemory = time.Hour
+
+// podTerminates remembers that the pod is terminating, forgets pods learned of more than
+// terminatingMemory before now, and marks the pod's registered volumes (see volume.podTerminates).
+// It reports how many volumes it marked.
+func (t *volumeTable) podTerminates(uid types.UID, now time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for other, since := range t.terminating {
+		if now.Sub(since) > terminatingMemory {
+			delete(t.terminating, other)
+		}
+	}
+	if _, ok := t.terminating[uid]; !ok {
+		t.terminating[uid] = now
+	}
+	for _, id := range t.byPod[uid] {
+		t.byID[id].podTerminates()
+	}
+	return len(t.byPod[uid])
 }
 
 func (t *volumeTable) dropPodLocked(v *volume) {
@@ -196,6 +227,12 @@ type volume struct {
 	fence  sync.Mutex
 	fenced bool
 
+	// attemptMu guards endAttempt: the cancel of the attempt in flight, nil between attempts.
+	attemptMu  sync.Mutex
+	endAttempt context.CancelCauseFunc
+	// terminating: the volume's pod is terminating; no attempt is made any more.
+	terminating atomic.Bool
+
 	// resumed: registered at start-up from stored state (a volume mounted before this
 	// process), not by a publish or a ManageVolume call.
 	resumed bool
@@ -267,6 +304,30 @@ func newVolume(id string, now time.Time, log logr.Logger) *volume {
 	v := &volume{id: id, managedAt: now, requeue: make(chan struct{}, 1), log: log}
 	v.ctx.done = make(chan struct{})
 	return v
+}
+
+// attemptStarted records the cancel of the attempt starting; attemptDone clears it.
+func (v *volume) attemptStarted(cancel context.CancelCauseFunc) {
+	v.attemptMu.Lock()
+	v.endAttempt = cancel
+	v.attemptMu.Unlock()
+}
+
+func (v *volume) attemptDone() {
+	v.attemptMu.Lock()
+	v.endAttempt = nil
+	v.attemptMu.Unlock()
+}
+
+// podTerminates marks the volume's pod terminating and ends the attempt in flight, if any, with
+// ErrPodTerminating.
+func (v *volume) podTerminates() {
+	v.terminating.Store(true)
+	v.attemptMu.Lock()
+	defer v.attemptMu.Unlock()
+	if v.endAttempt != nil {
+		v.endAttempt(ErrPodTerminating)
+	}
 }
 
 // logger is the manager's logger with the volume's ID and, once known, its pod's name.

@@ -456,6 +456,28 @@ func TestDeniedRequestIsUnknownWithTheManagersText(t *testing.T) {
 	}
 }
 
+// TestRequestDeletedWhilePublishingIsAborted: the request a publish waits for is deleted (the
+// garbage collector does so when the pod is gone): the publish ends at once with Aborted, a code
+// kubelet takes as "maybe mounted", so that it unpublishes, and the failed first publish leaves
+// nothing behind.
+func TestRequestDeletedWhilePublishingIsAborted(t *testing.T) {
+	store, opts, cl := runWithRealIssuance(t, testdriver.Options{})
+	ctx := ctxWithTimeout(t, pollTimeout)
+	go func() {
+		req, err := testutil.WaitAndGetOneCertificateRequestInNamespace(ctx, opts.Client, namespace)
+		if err == nil {
+			_ = opts.Client.CertmanagerV1().CertificateRequests(namespace).Delete(ctx, req.Name, metav1.DeleteOptions{})
+		}
+	}()
+	_, err := cl.NodePublishVolume(ctx, publishRequest(t, "vol-1"))
+	if status.Code(err) != codes.Aborted || !strings.Contains(status.Convert(err).Message(), "deleted before it was issued") {
+		t.Fatalf("publish = %v; want Aborted naming the deleted request", err)
+	}
+	if ids, _ := store.ListVolumes(); len(ids) != 0 {
+		t.Fatalf("volumes left after a failed first publish: %v", ids)
+	}
+}
+
 func TestUnpublish(t *testing.T) {
 	store, opts, cl := runWithRealIssuance(t, testdriver.Options{})
 	startSigner(t, opts, newCA(t))
