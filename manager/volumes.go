@@ -34,11 +34,11 @@ type volumeTable struct {
 
 func newVolumeTable(showCounts func(counts map[string]int)) *volumeTable {
 	return &volumeTable{
-		byID:       make(map[string]*volume),
+		byID:        make(map[string]*volume),
 		byPod:       make(map[types.UID][]string),
 		terminating: make(map[types.UID]time.Time),
-		counts:     make(map[string]int),
-		showCounts: showCounts,
+		counts:      make(map[string]int),
+		showCounts:  showCounts,
 	}
 }
 
