@@ -175,6 +175,7 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	gate, figures := c.storyGateOnPodIP(ctx, gatePods)
 	results = append(results, gate)
 	results = append(results, c.storyKilledDuringFirstIssuance(ctx)...)
+	results = append(results, c.storyTerminatingPodPublish(ctx))
 	results = append(results, c.storyCARotation(ctx))
 	results = append(results, c.storyDenial(ctx))
 	readiness, readinessFigures := c.storyReadiness(ctx, gatePods)

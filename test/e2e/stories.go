@@ -702,6 +702,61 @@ func (c *cluster) killVariant(ctx context.Context, story, pod string, deletePod,
 	return r
 }
 
+// storyTerminatingPodPublish is story 11: a publish waits for its first certificate (the signer
+// holds it) when kubelet restarts; back, kubelet publishes the volume again, and the pod is
+// deleted while that publish waits. Kubelet cannot finish the pod while a publish of its volume
+// is in flight. The driver's pod informer tells the manager the pod is terminating
+// (PodTerminating): the publish ends at once with Aborted, nothing more is requested, kubelet
+// unpublishes, and the pod goes within seconds, where a publish waiting its full minute for the
+// certificate held the pod for a minute.
+func (c *cluster) storyTerminatingPodPublish(ctx context.Context) (r result) {
+	const pod = "deleted-in-restart"
+	r.story = "11 pod deleted during a kubelet restart"
+	release := c.hold(pod)
+	defer release()
+	if err := c.createPod(ctx, pod, time.Hour, 0, nil); err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	defer func() { _ = c.deletePod(ctx, pod) }()
+	if err := poll(ctx, "the first issuance's request", 50*time.Millisecond, time.Minute, func() (bool, error) {
+		return c.requestsCreatedFor(pod) > 0, nil
+	}); err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	driverLog := filepath.Join(c.n.dir, "driver.log")
+	logStart := fileSize(driverLog)
+	if err := c.n.restartProcess("kubelet"); err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	if err := poll(ctx, "kubelet's publish after its restart", 100*time.Millisecond, 2*time.Minute, func() (bool, error) {
+		return grpcCallsSince(driverLog, logStart)["NodePublishVolume"] > 0, nil
+	}); err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	deleted := time.Now()
+	if err := c.kube.CoreV1().Pods(namespace).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	if err := poll(ctx, "the pod to be gone", 100*time.Millisecond, 2*time.Minute, func() (bool, error) {
+		_, err := c.kube.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		r.detail = err.Error()
+		return r
+	}
+	gone := time.Since(deleted)
+	calls := grpcCallsSince(driverLog, logStart)
+	n := c.requestsCreatedFor(pod)
+	r.ok = gone < 5*time.Second && n == 1
+	r.detail = fmt.Sprintf("pod gone %v after its deletion (goal: under 5 s); kubelet called %v after its restart; %d request(s) for the pod in all", gone.Round(100*time.Millisecond), calls, n)
+	return r
+}
+
 func fileSize(path string) int64 {
 	st, err := os.Stat(path)
 	if err != nil {

@@ -199,14 +199,29 @@ func run(log logr.Logger, j *journal, b managerFlags, metricsAddr, name, nodeID,
 		return err
 	}
 	defer m.Stop()
-	if requeuePods {
-		if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			UpdateFunc: func(_, obj any) { m.RequeuePod(obj.(*corev1.Pod).UID) },
-		}); err != nil {
-			return err
-		}
-	} else {
-		pods.Informer()
+	// A pod being deleted is told to the manager (PodTerminating): a publish of its volume ends
+	// at once and nothing more is requested for it. With requeuePods, every change requeues.
+	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			pod := obj.(*corev1.Pod)
+			if pod.DeletionTimestamp != nil {
+				m.PodTerminating(pod.UID)
+			}
+			if requeuePods {
+				m.RequeuePod(pod.UID)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				m.PodTerminating(pod.UID)
+			} else if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				if pod, ok := tomb.Obj.(*corev1.Pod); ok {
+					m.PodTerminating(pod.UID)
+				}
+			}
+		},
+	}); err != nil {
+		return err
 	}
 	podFactory.Start(ctx.Done())
 	podFactory.WaitForCacheSync(ctx.Done())
