@@ -238,11 +238,16 @@ func (a *attempt) issue(ctx context.Context) error {
 	created, err := iss.requests.create(ctx, client, req)
 	if err != nil {
 		if createOutcomeUnknown(err) {
-			// The request may exist: its key and the request as sent stay held, and the next
-			// attempt settles it instead of creating another.
+			// The request may exist: its key and the request as sent stay held, and it is settled
+			// at once, or by the next attempt if the apiserver still does not answer; never
+			// replaced by another.
 			iss.keys.holdUnconfirmed(reqKey, req)
-			log.Info("The outcome of creating a CertificateRequest is unknown; the next attempt settles it", "request", req.Name, "namespace", req.Namespace, "error", err.Error())
-			return err
+			log.Info("The outcome of creating a CertificateRequest is unknown; settling it", "request", req.Name, "namespace", req.Namespace, "error", err.Error())
+			settled, settleErr := a.settle(ctx, log, meta, req)
+			if settleErr != nil || settled == nil {
+				return err
+			}
+			return a.waitAndWrite(ctx, meta, settled.Namespace, settled.Name, key)
 		}
 		iss.keys.requestDeleted(reqKey)
 		return err

@@ -23,24 +23,28 @@ import (
 // connectionReset is what a client sees when the connection breaks during a request.
 var connectionReset = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 
-// loseFirstCreate makes the first create of a CertificateRequest fail with a connection reset:
-// after the fake apiserver created it (acted) or before (not acted). It returns the name sent.
-func loseFirstCreate(e *env, acted bool) func() string {
+// loseCreates makes the first n creates of a CertificateRequest fail with a connection reset:
+// after the fake apiserver created it (acted) or before (not acted). It returns the first name
+// sent.
+func loseCreates(e *env, n int, acted bool) func() string {
 	var mu sync.Mutex
 	var sent string
+	lost := 0
 	gvr := cmapi.SchemeGroupVersion.WithResource("certificaterequests")
 	e.client.PrependReactor("create", "certificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if sent != "" {
+		if lost == n {
 			return false, nil, nil
 		}
+		lost++
 		req := a.(k8stesting.CreateAction).GetObject().(*cmapi.CertificateRequest)
-		sent = req.Name
+		if sent == "" {
+			sent = req.Name
+		}
 		if acted {
-			if err := e.client.Tracker().Create(gvr, req.DeepCopy(), req.Namespace); err != nil {
-				return true, nil, err
-			}
+			// A second create of the same name finds it; the response is lost all the same.
+			_ = e.client.Tracker().Create(gvr, req.DeepCopy(), req.Namespace)
 		}
 		return true, nil, connectionReset
 	})
@@ -51,29 +55,46 @@ func loseFirstCreate(e *env, acted bool) func() string {
 	}
 }
 
-// A create whose response is lost leaves its key and request held; kubelet's retry of the
-// publish settles that request (it exists, or is created under the same name) and waits for it:
-// one request for the issuance, and the key written is the one it was made with.
+// A create whose response is lost is settled (it exists, or is created under the same name) and
+// waited for, in the same attempt or, when the apiserver still does not answer, by kubelet's retry
+// of the publish: one request for the issuance, and the key written is the one it was made with.
+// (A response lost after the create is settled from the cache when the informer has seen the
+// request, so only a request lost before it reliably leaves the settling to the next try.)
 func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
-	for name, acted := range map[string]bool{"response lost after the create": true, "request lost before it": false} {
+	for name, tc := range map[string]struct {
+		acted     bool
+		lost      int
+		firstFail bool
+	}{
+		"response lost after the create, settled at once": {acted: true, lost: 1},
+		"request lost before it, settled at once":         {acted: false, lost: 1},
+		"request lost before it, settled by the next try": {acted: false, lost: 2, firstFail: true},
+	} {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, nil)
-			sentName := loseFirstCreate(e, acted)
+			sentName := loseCreates(e, tc.lost, tc.acted)
 			e.register("v1", false)
 			m := e.start()
-			if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); err == nil {
-				t.Fatal("the attempt whose create broke succeeded")
+			var issued *cmapi.CertificateRequest
+			if tc.firstFail {
+				ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+				defer cancel()
+				if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
+					t.Fatal("the attempt whose create and settling broke succeeded")
+				}
+				if _, _, ok := m.keys.unconfirmedRequest("v1"); !ok {
+					t.Error("the key of a create whose outcome is unknown was not kept")
+				}
+				m.UnmanageVolume("v1")
 			}
-			if _, _, ok := m.keys.unconfirmedRequest("v1"); !ok {
-				t.Error("the key of a create whose outcome is unknown was not kept")
-			}
-			m.UnmanageVolume("v1")
-
+			// Bounded: a second request, which nobody signs, would make the call wait.
+			ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+			defer cancel()
 			done := make(chan error, 1)
-			go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v1"); done <- err }()
-			issued := e.issuePending()
+			go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); done <- err }()
+			issued = e.issuePending()
 			if err := <-done; err != nil {
-				t.Fatal(err)
+				t.Fatalf("the publish after the lost response: %v", err)
 			}
 			reqs := e.requests()
 			if len(reqs) != 1 || reqs[0].Name != sentName() {

@@ -15,7 +15,7 @@ import (
 const (
 	// outageProbeInterval is how often the apiserver is probed during an outage (on the
 	// injected clock).
-	outageProbeInterval = time.Second
+	outageProbeInterval = 500 * time.Millisecond
 	// outageProbeTimeout bounds one probe.
 	outageProbeTimeout = 5 * time.Second
 )

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -42,7 +43,7 @@ const (
 	// directReadInterval is how often a wait reads its request from the apiserver while the
 	// informer's watch is suspect (on the injected clock); directReadRate and directReadBurst
 	// bound those reads node-wide.
-	directReadInterval = time.Second
+	directReadInterval = 500 * time.Millisecond
 	directReadRate     = 50
 	directReadBurst    = 50
 )
@@ -271,11 +272,13 @@ func (r *requests) create(ctx context.Context, client cmclient.Interface, req *c
 
 // createOutcomeUnknown reports whether a failed create may nevertheless have created the
 // request: no answer came from the apiserver (a broken connection, a deadline, a cancellation), or
-// it answered that it could not finish in time or failed inside (5xx).
+// it answered that it could not finish in time or failed inside (5xx). A refused connection is
+// not one: the request never left.
 func createOutcomeUnknown(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
-		return true
+		// A refused connection never carried the request.
+		return !utilnet.IsConnectionRefused(err)
 	}
 	return status.Status().Code >= http.StatusInternalServerError
 }
