@@ -61,10 +61,12 @@ e2e-or-skip: envtest cm-controllers
 	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bash test/e2e/run-or-skip.sh
 
 ## bench: the benchmarks whose figures the README quotes: the manager on a fake clientset
-## (hack/bench), then the fleet on a real kube-apiserver (hack/fleet, envtest).
+## (hack/bench), the fleet on a real kube-apiserver (hack/fleet, envtest), then faults between
+## the library and a real kube-apiserver (hack/faultbench).
 bench: envtest
 	$(GO) run ./hack/bench $(ARGS)
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./hack/fleet $(FLEET_ARGS)
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./hack/faultbench $(FAULT_ARGS)
 
 ## crossings: the library's files whose code runs on a first publish before WriteKeypair, by
 ## coverage counters cleared just before the publish (hack/crossings).

@@ -18,10 +18,13 @@
 //	  │                the outcome's class; its backoffs live on that goroutine's stack
 //	  └─ issuer        what an attempt uses, shared by the loops and the publishes:
 //	       ├─ requests    the informer on the node's CertificateRequests: find, build, create,
-//	       │              wait for and delete them; the waiters its events wake
+//	       │              settle, wait for and delete them; the waiters its events wake, and
+//	       │              direct reads while its watch is suspect
 //	       ├─ keys        the private keys of submitted requests, in memory and beside the
 //	       │              metadata; the only writer of key files
 //	       ├─ admission   the node-wide limits: slots and a rate bucket, first come first served
+//	       ├─ outage      notices an unreachable apiserver, probes it, and wakes the loops
+//	       │              that failed for want of it when it is back
 //	       └─ board       the one place attempts report to: the metrics, the Events on the pod,
 //	            │         the state gauge, the overdue and expiry timers; it changes what is
 //	            │         shown of a volume only through the volume table
@@ -55,7 +58,11 @@
 //	                          the volume's loop starts, and waits until due
 //
 // A failed attempt leaves the volume registered without a loop; the node server unmanages it and
-// kubelet retries the publish, which resumes the request still pending if its key is held.
+// kubelet retries the publish, which resumes the request still pending if its key is held. A
+// create whose outcome is unknown (the connection broke after it was sent) keeps its key and the
+// request as sent; it is settled, never replaced: created again under the same name, and adopted
+// if the apiserver already has it. A pod that terminates (PodTerminating, the pod condition's
+// reads, or the request deleted by the garbage collector) ends the publish at once.
 //
 // # A renewal
 //
@@ -69,7 +76,8 @@
 //	ErrNotReadyToRequest     the gate's backoff; Requeue, RequeuePod or the gate itself, asked
 //	                         again while the loop waits, end the wait early
 //	any other error          the renewal backoff; nothing ends this wait early, which protects
-//	                         the signers and the apiserver
+//	                         the signers and the apiserver, except the end of an outage when
+//	                         the attempt could not reach the apiserver (outage probes it)
 //
 // The board is told each outcome: the counters, the state, an Event, and the overdue and expiry
 // timers it arms from the renewal point.

@@ -1,0 +1,46 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cert-manager/csi-lib/internal/testkit/faults"
+)
+
+// TestOneRequestPerIssuanceUnderFaults runs volumes through issuances and renewals while the
+// manager's client loses create responses (after the apiserver created the request) and its
+// watches are down three seconds in five: exactly one request per issuance, never two of one
+// volume alive at once, none left over. (How soon a signed certificate is written is a figure,
+// which make bench prints, not a check.)
+func TestOneRequestPerIssuanceUnderFaults(t *testing.T) {
+	f, err := faults.Scenario{
+		Config:    restConfig,
+		Name:      "integration",
+		Volumes:   5,
+		Lifetime:  12 * time.Second,
+		Duration:  24 * time.Second,
+		Settings:  faults.Settings{LostAfter: 0.5, Resource: "certificaterequests"},
+		WatchCuts: true,
+		Seed:      7,
+	}.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d issuances, %d requests, %d responses lost, %d watches cut; signed -> written p50 %v, max %v",
+		f.Issuances, f.Requests, f.Counts.LostAfter, f.Counts.WatchesCut, faults.Percentile(f.SignedToWritten, 50), faults.Percentile(f.SignedToWritten, 100))
+	if f.Counts.LostAfter == 0 || f.Counts.WatchesCut == 0 {
+		t.Fatalf("no fault was injected (%+v)", f.Counts)
+	}
+	if f.Requests != f.Issuances {
+		t.Errorf("%d requests for %d issuances", f.Requests, f.Issuances)
+	}
+	if f.MaxAlive > 1 {
+		t.Errorf("%d volumes had more than one request alive, up to %d", f.VolumesOverOne, f.MaxAlive)
+	}
+	if f.Orphans != 0 {
+		t.Errorf("%d requests left over", f.Orphans)
+	}
+}
