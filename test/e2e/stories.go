@@ -628,18 +628,30 @@ func (c *cluster) storyKilledDuringFirstIssuance(ctx context.Context) []result {
 	}
 }
 
+// podWaitingForFirstCertificate creates a pod whose first certificate the signer holds, and
+// waits until its publish has created the request. release lets the signer sign; cleanup deletes
+// the pod and releases the signer (call it in any case).
+func (c *cluster) podWaitingForFirstCertificate(ctx context.Context, pod string) (release, cleanup func(), err error) {
+	release = c.hold(pod)
+	cleanup = release
+	if err := c.createPod(ctx, pod, time.Hour, 0, nil); err != nil {
+		return release, cleanup, err
+	}
+	cleanup = func() {
+		_ = c.deletePod(ctx, pod)
+		release()
+	}
+	err = poll(ctx, "the first issuance's request", 50*time.Millisecond, time.Minute, func() (bool, error) {
+		return c.requestsCreatedFor(pod) > 0, nil
+	})
+	return release, cleanup, err
+}
+
 func (c *cluster) killVariant(ctx context.Context, story, pod string, deletePod, restartKubelet bool) (r result) {
 	r.story = story
-	release := c.hold(pod)
-	defer release()
-	if err := c.createPod(ctx, pod, time.Hour, 0, nil); err != nil {
-		r.detail = err.Error()
-		return r
-	}
-	defer func() { _ = c.deletePod(ctx, pod) }()
-	if err := poll(ctx, "the first issuance's request", 50*time.Millisecond, time.Minute, func() (bool, error) {
-		return c.requestsCreatedFor(pod) > 0, nil
-	}); err != nil {
+	release, cleanup, err := c.podWaitingForFirstCertificate(ctx, pod)
+	defer cleanup()
+	if err != nil {
 		r.detail = err.Error()
 		return r
 	}
@@ -712,16 +724,9 @@ func (c *cluster) killVariant(ctx context.Context, story, pod string, deletePod,
 func (c *cluster) storyTerminatingPodPublish(ctx context.Context) (r result) {
 	const pod = "deleted-in-restart"
 	r.story = "11 pod deleted during a kubelet restart"
-	release := c.hold(pod)
-	defer release()
-	if err := c.createPod(ctx, pod, time.Hour, 0, nil); err != nil {
-		r.detail = err.Error()
-		return r
-	}
-	defer func() { _ = c.deletePod(ctx, pod) }()
-	if err := poll(ctx, "the first issuance's request", 50*time.Millisecond, time.Minute, func() (bool, error) {
-		return c.requestsCreatedFor(pod) > 0, nil
-	}); err != nil {
+	_, cleanup, err := c.podWaitingForFirstCertificate(ctx, pod)
+	defer cleanup()
+	if err != nil {
 		r.detail = err.Error()
 		return r
 	}
