@@ -49,16 +49,10 @@ func untilDue(meta metadata.Metadata, last *keypairWrite, now time.Time) time.Du
 //     WriteKeypair applies;
 //   - nil or zero with no success in this registration means no certificate.
 func renewalPoint(meta metadata.Metadata, last *keypairWrite) (time.Time, bool) {
-	switch {
-	case hasCertificate(meta) && last != nil:
+	if hasCertificate(meta) && last != nil {
 		return last.renewalAt(*meta.NextIssuanceTime), true
-	case hasCertificate(meta):
-		return *meta.NextIssuanceTime, true
-	case last != nil:
-		return last.handed, true
-	default:
-		return time.Time{}, false
 	}
+	return heldTo(meta, last)
 }
 
 // heldTo is the renewal point a volume's certificate is held to for Events and the state gauge

@@ -628,6 +628,14 @@ func (c *cluster) storyKilledDuringFirstIssuance(ctx context.Context) []result {
 	}
 }
 
+// waitPodGone waits, for at most two minutes, until the pod no longer exists.
+func (c *cluster) waitPodGone(ctx context.Context, pod string) error {
+	return poll(ctx, "the pod to be gone", 100*time.Millisecond, 2*time.Minute, func() (bool, error) {
+		_, err := c.kube.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
 // podWaitingForFirstCertificate creates a pod whose first certificate the signer holds, and
 // waits until its publish has created the request. release lets the signer sign; cleanup deletes
 // the pod and releases the signer (call it in any case).
@@ -676,10 +684,7 @@ func (c *cluster) killVariant(ctx context.Context, story, pod string, deletePod,
 		return r
 	}
 	if deletePod {
-		if err := poll(ctx, "the pod to be gone", 100*time.Millisecond, 2*time.Minute, func() (bool, error) {
-			_, err := c.kube.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		}); err != nil {
+		if err := c.waitPodGone(ctx, pod); err != nil {
 			r.detail = err.Error()
 			return r
 		}
@@ -747,10 +752,7 @@ func (c *cluster) storyTerminatingPodPublish(ctx context.Context) (r result) {
 		r.detail = err.Error()
 		return r
 	}
-	if err := poll(ctx, "the pod to be gone", 100*time.Millisecond, 2*time.Minute, func() (bool, error) {
-		_, err := c.kube.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
+	if err := c.waitPodGone(ctx, pod); err != nil {
 		r.detail = err.Error()
 		return r
 	}
