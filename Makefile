@@ -70,7 +70,7 @@ bench: envtest
 
 ## crossings: the library's files whose code runs on a first publish before WriteKeypair, by
 ## coverage counters cleared just before the publish (hack/crossings).
-CROSSINGS_PKGS = ./metadata ./storage ./manager ./driver ./metrics ./internal/api/... ./internal/certs ./internal/keylock ./hack/crossings
+CROSSINGS_PKGS = ./metadata ./storage ./manager ./driver ./metrics ./internal/api/... ./internal/certs ./internal/keylock ./internal/watchend ./hack/crossings
 crossings:
 	@$(GO) build -cover -covermode=atomic -coverpkg=$$($(GO) list $(CROSSINGS_PKGS) | paste -sd, -) -o bin/crossings ./hack/crossings
 	@d=$$(mktemp -d) && GOCOVERDIR=$$d bin/crossings $(ARGS); rc=$$?; rm -rf $$d; exit $$rc

@@ -306,7 +306,7 @@ func (a *attempt) settle(ctx context.Context, log logr.Logger, meta metadata.Met
 		log.Info("A CertificateRequest whose create's outcome was unknown was created and has been deleted since", "request", sent.Name, "namespace", sent.Namespace)
 		iss.keys.requestDeleted(reqKey)
 		return nil, nil
-	case createOutcomeUnknown(err):
+	case errors.Is(err, errStillUnknown):
 		return nil, err
 	default:
 		iss.keys.requestDeleted(reqKey)

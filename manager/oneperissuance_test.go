@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/internal/testkit"
 )
 
 // connectionReset is what a client sees when the connection breaks during a request.
@@ -145,6 +146,73 @@ func TestRefusedCreateForgetsTheKey(t *testing.T) {
 	e.manageAndIssue("v1")
 	if n := len(e.requests()); n != 1 {
 		t.Fatalf("%d requests, want 1", n)
+	}
+}
+
+// Settling reads the request before it creates it again: a create whose response was lost
+// while the informer's watch was down (so the cache cannot show the request) is found by a read,
+// and the publish waits for it with one create sent in all.
+func TestSettlingReadsBeforeItCreatesAgain(t *testing.T) {
+	e := newEnv(t, nil)
+	cut := cuttableInformerWatch(e)
+	sentName := loseCreates(e, 1, true)
+	e.register("v1", false)
+	m := e.start()
+	cut()
+	e.poll("the watch to be suspect", m.requests.isWatchSuspect)
+	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); done <- err }()
+	if _, err := testkit.Issue(context.Background(), e.client, e.ca, e.waitForPending(), e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.stepDirectRead()
+	if err := <-done; err != nil {
+		t.Fatalf("the publish after the lost response: %v", err)
+	}
+	if n := testkit.CountActions(e.client, "create"); n != 1 {
+		t.Fatalf("%d creates sent, want 1: settling created again what a read would have found", n)
+	}
+	if reqs := e.requests(); len(reqs) != 1 || reqs[0].Name != sentName() {
+		t.Fatalf("%d requests, want only the one first sent", len(reqs))
+	}
+}
+
+// A settling whose own create gets no answer either (here a refused connection, which for a
+// first create would mean the request never left) leaves the first create's outcome unknown: the
+// key stays held, and the next attempt settles the same request.
+func TestSettlingWithoutAnAnswerKeepsTheKey(t *testing.T) {
+	e := newEnv(t, nil)
+	var mu sync.Mutex
+	creates := 0
+	e.client.PrependReactor("create", "certificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		creates++
+		switch creates {
+		case 1:
+			return true, nil, connectionReset // lost before the apiserver acted
+		case 2:
+			return true, nil, connectionRefused // the settling's create
+		}
+		return false, nil, nil
+	})
+	e.register("v1", false)
+	m := e.start()
+	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+	defer cancel()
+	if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
+		t.Fatal("the attempt whose create and settling got no answer succeeded")
+	}
+	sent, _, ok := m.keys.unconfirmedRequest("v1")
+	if !ok {
+		t.Fatal("the key was forgotten although the first create's outcome is still unknown")
+	}
+	m.UnmanageVolume("v1")
+	e.manageAndIssue("v1")
+	if reqs := e.requests(); len(reqs) != 1 || reqs[0].Name != sent.Name {
+		t.Fatalf("%d requests, want only the one first sent", len(reqs))
 	}
 }
 

@@ -14,21 +14,23 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
-	cminformers "github.com/cert-manager/cert-manager/pkg/client/informers/externalversions"
 	cmlisters "github.com/cert-manager/cert-manager/pkg/client/listers/certmanager/v1"
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/internal/watchend"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -57,9 +59,10 @@ type requests struct {
 	client   cmclient.Interface // deletes requests
 	clock    clock.Clock
 	nodeHash string
-	factory  cminformers.SharedInformerFactory
 	informer cache.SharedIndexInformer
-	lister   cmlisters.CertificateRequestLister
+	// informerDone is closed when the informer started by start has stopped.
+	informerDone chan struct{}
+	lister       cmlisters.CertificateRequestLister
 	// deleted is called with the key of every request the informer sees deleted.
 	deleted func(reqKey string)
 
@@ -70,9 +73,10 @@ type requests struct {
 	createdSeq uint64
 	// watchers are notified when the informer sees a change to a request, by request key.
 	watchers map[string]map[chan struct{}]struct{}
-	// watchSuspect: the informer's watch failed, or a call to the apiserver found it
-	// unreachable, and the informer has delivered no event since. Waiters then read their
-	// request from the apiserver, within directReads.
+	// watchSuspect: the informer's watch stream ended or could not be opened, or a call to the
+	// apiserver found it unreachable, and since then no watch has been opened and no event has
+	// come through one. Waiters then read their request from the apiserver, within
+	// directReads.
 	watchSuspect bool
 	directReads  *rate.Limiter
 }
@@ -89,13 +93,19 @@ func newRequests(client cmclient.Interface, clk clock.Clock, nodeHash string, de
 		directReads: rate.NewLimiter(directReadRate, directReadBurst),
 	}
 	selector := labels.SelectorFromSet(labels.Set{api.NodeIDHashLabelKey: nodeHash}).String()
-	r.factory = cminformers.NewSharedInformerFactoryWithOptions(client, 0,
-		cminformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	informer := r.factory.Certmanager().V1().CertificateRequests()
-	r.informer = informer.Informer()
-	if err := r.informer.AddIndexers(cache.Indexers{volumeHashIndex: indexByVolumeHash}); err != nil {
-		return nil, fmt.Errorf("adding index to CertificateRequest informer: %w", err)
-	}
+	crs := client.CertmanagerV1().CertificateRequests(metav1.NamespaceAll)
+	lw := watchend.Observe(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return crs.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return crs.Watch(ctx, o)
+		},
+	}, watchend.Observer{Opened: r.watchLive, Delivered: r.watchLive, Ended: r.suspectWatch})
+	r.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
+		&cmapi.CertificateRequest{}, cache.SharedIndexInformerOptions{Indexers: cache.Indexers{volumeHashIndex: indexByVolumeHash}})
 	if err := r.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, refl *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, refl, err)
 		r.suspectWatch()
@@ -109,21 +119,29 @@ func newRequests(client cmclient.Interface, clk clock.Clock, nodeHash string, de
 	}); err != nil {
 		return nil, fmt.Errorf("adding CertificateRequest event handler: %w", err)
 	}
-	r.lister = informer.Lister()
+	r.lister = cmlisters.NewCertificateRequestLister(r.informer.GetIndexer())
 	return r, nil
 }
 
 // start runs the informer until ctx ends and waits for its cache to sync.
 func (r *requests) start(ctx context.Context) error {
-	r.factory.Start(ctx.Done())
+	r.informerDone = make(chan struct{})
+	go func() {
+		defer close(r.informerDone)
+		r.informer.RunWithContext(ctx)
+	}()
 	if err := r.waitForSync(ctx); err != nil {
 		return fmt.Errorf("CertificateRequest informer did not sync: %w", err)
 	}
 	return nil
 }
 
-// shutdown waits for the informer's goroutines once the context given to start has ended.
-func (r *requests) shutdown() { r.factory.Shutdown() }
+// shutdown waits for the informer once the context given to start has ended.
+func (r *requests) shutdown() {
+	if r.informerDone != nil {
+		<-r.informerDone
+	}
+}
 
 // waitForSync waits until the informer has synced or ctx ends. It reacts to the informer's own
 // signal; no timer is involved.
@@ -287,30 +305,58 @@ func createOutcomeUnknown(err error) bool {
 // since.
 var errRequestGone = errors.New("the CertificateRequest was created and has been deleted since")
 
+// errStillUnknown: settle could not find out whether the request exists.
+var errStillUnknown = errors.New("the outcome of creating the CertificateRequest is still unknown")
+
 // settle finds out whether a request whose create's outcome was unknown exists, and creates it
-// if it does not: from the cache if it shows it; else by creating it again under the same name,
-// where AlreadyExists means the first create went through, and the request is then read from the
-// apiserver and checked to be the one sent (same labels and CSR). It returns the request as the
-// apiserver holds it; errRequestGone if it existed and was deleted since; any other error leaves
-// the outcome unknown (createOutcomeUnknown) or says why the request can never be settled.
+// if it does not: from the cache if it shows it; else by reading it from the apiserver (a read
+// can be repeated without risk); and if the apiserver does not have it, by creating it again
+// under the same name, where AlreadyExists means the first create arrived meanwhile. A request
+// read from the apiserver must be the one sent (same labels and CSR). It returns the request as
+// the apiserver holds it; errRequestGone if it was created and deleted since; an error matching
+// errStillUnknown if no answer settled it (a broken or refused connection, a 5xx, a 429); any
+// other error says why the request can never be settled.
 func (r *requests) settle(ctx context.Context, client cmclient.Interface, sent *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
 	if cached, err := r.lister.CertificateRequests(sent.Namespace).Get(sent.Name); err == nil {
 		return cached, nil
 	}
-	created, err := r.create(ctx, client, sent.DeepCopy())
-	if err == nil || !apierrors.IsAlreadyExists(err) {
-		return created, err
+	crs := client.CertmanagerV1().CertificateRequests(sent.Namespace)
+	got, err := crs.Get(ctx, sent.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		created, createErr := r.create(ctx, client, sent.DeepCopy())
+		switch {
+		case createErr == nil:
+			return created, nil
+		case settledBy(createErr):
+			return nil, createErr
+		case !apierrors.IsAlreadyExists(createErr):
+			return nil, fmt.Errorf("%w: %w", errStillUnknown, createErr)
+		}
+		if got, err = crs.Get(ctx, sent.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return nil, errRequestGone
+		}
 	}
-	got, err := client.CertmanagerV1().CertificateRequests(sent.Namespace).Get(ctx, sent.Name, metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err):
-		return nil, errRequestGone
 	case err != nil:
-		return nil, fmt.Errorf("reading CertificateRequest %s/%s: %w", sent.Namespace, sent.Name, err)
+		r.noteCallFailed(err)
+		return nil, fmt.Errorf("%w: reading CertificateRequest %s/%s: %w", errStillUnknown, sent.Namespace, sent.Name, err)
 	case !maps.Equal(got.Labels, sent.Labels) || !bytes.Equal(got.Spec.Request, sent.Spec.Request):
 		return nil, fmt.Errorf("CertificateRequest %s/%s exists but is not the request this volume sent", sent.Namespace, sent.Name)
 	}
 	return got, nil
+}
+
+// settledBy reports whether the apiserver's refusal of a create made again under the same name
+// settles the first create too: the request as sent is refused (invalid, forbidden), so the
+// first cannot have been created either. A 429 or a 5xx says nothing of the first.
+func settledBy(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= http.StatusBadRequest && code < http.StatusInternalServerError &&
+		code != http.StatusTooManyRequests && !apierrors.IsAlreadyExists(err)
 }
 
 // errStaleCache: the informer's cache showed a request the apiserver no longer has.
@@ -477,10 +523,10 @@ func (r *requests) noteCallFailed(err error) {
 }
 
 // newerThan reports whether a request read from the apiserver is newer than the cache's copy:
-// its resourceVersion differs and it carries more (an outcome the cache's copy lacks).
+// it carries an outcome the cache's copy lacks.
 func newerThan(direct, cached *cmapi.CertificateRequest) bool {
-	if cached == nil || direct.ResourceVersion == cached.ResourceVersion {
-		return false
+	if cached == nil {
+		return true
 	}
 	directDone, _ := requestOutcome(direct)
 	cachedDone, _ := requestOutcome(cached)
@@ -504,6 +550,15 @@ func (r *requests) suspectWatch() {
 			}
 		}
 	}
+}
+
+// watchLive is told that the informer opened a watch (which sends everything that changed since
+// the cache's resource version) or that an event came through one: the watch is not suspect.
+// Events the informer delivers after a relist prove nothing of the watch.
+func (r *requests) watchLive() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watchSuspect = false
 }
 
 func (r *requests) isWatchSuspect() bool {
@@ -557,12 +612,10 @@ func (r *requests) gone(obj any) {
 	r.notify(key)
 }
 
-// notify wakes the request's waiters. The informer delivered an event, so its watch is no
-// longer suspect.
+// notify wakes the request's waiters.
 func (r *requests) notify(reqKey string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.watchSuspect = false
 	for ch := range r.watchers[reqKey] {
 		select {
 		case ch <- struct{}{}:

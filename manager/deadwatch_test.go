@@ -1,0 +1,88 @@
+package manager
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/cert-manager/csi-lib/internal/testkit"
+)
+
+// cuttableInformerWatch serves the informer's first watch from the fake apiserver and lets the
+// test end its stream, as a broken connection does. Every later watch of the informer is
+// refused: client-go retries a refused watch after its backoff without relisting and without
+// calling the informer's watch error handler, so nothing brings the cache up to date.
+func cuttableInformerWatch(e *env) (cut func()) {
+	var mu sync.Mutex
+	var first watch.Interface
+	gvr := cmapi.SchemeGroupVersion.WithResource("certificaterequests")
+	e.client.PrependWatchReactor("certificaterequests", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		if a.(k8stesting.WatchAction).GetWatchRestrictions().Labels.Empty() {
+			return false, nil, nil // the test's own watches
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if first != nil {
+			return true, nil, connectionRefused
+		}
+		w, err := e.client.Tracker().Watch(gvr, a.GetNamespace())
+		first = w
+		return true, w, err
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		first.Stop() // the inner stream ends; nobody stopped the informer's watch
+	}
+}
+
+// A watch stream that ends while no new watch can be opened leaves the informer's cache behind
+// without any error reaching the informer's handler. A publish waiting for its request then reads
+// it from the apiserver every directReadInterval, so a certificate signed meanwhile is written
+// though no event ever comes.
+func TestEndedWatchStreamMakesTheWaitReadDirectly(t *testing.T) {
+	e := newEnv(t, nil)
+	cut := cuttableInformerWatch(e)
+	e.register("v1", false)
+	m := e.start()
+	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); done <- err }()
+	pending := e.waitForPending()
+	e.poll("the publish to wait for its request in the cache", func() bool {
+		_, err := m.requests.lister.CertificateRequests(pending.Namespace).Get(pending.Name)
+		return err == nil && m.requests.waiting() == 1
+	})
+	cut()
+	if _, err := testkit.Issue(context.Background(), e.client, e.ca, pending, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.stepDirectRead()
+	if err := <-done; err != nil {
+		t.Fatalf("the publish: %v", err)
+	}
+	if got, err := m.requests.lister.CertificateRequests(pending.Namespace).Get(pending.Name); err != nil || testkit.IsFinished(got) {
+		t.Fatal("the informer's cache saw the signature: the test did not keep the watch down")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.written["v1"]) != 1 {
+		t.Fatalf("%d key pairs written, want 1", len(e.written["v1"]))
+	}
+}
+
+// stepDirectRead waits until a wait sets its direct-read timer, the only timer waiting on the
+// clock (a ManageVolumeImmediate call's wait), and steps the clock through it.
+func (e *env) stepDirectRead() {
+	e.t.Helper()
+	if d := e.nextTimer(); d != directReadInterval {
+		e.t.Fatalf("the wait set a %v timer, want its %v direct read", d, directReadInterval)
+	}
+	e.poll("the direct read's timer", func() bool { return e.clock.Waiters() == 1 })
+	e.clock.Step(directReadInterval)
+}
