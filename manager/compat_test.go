@@ -432,11 +432,8 @@ func TestEmptyNamespaceRequestIsSeenIssued(t *testing.T) {
 		}
 	})
 	e.register("v1", false)
-	m := e.start()
-	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); done <- err }()
+	e.start()
+	done := e.manageInBackground("v1")
 	var req *cmapi.CertificateRequest
 	e.poll("a request in namespace \"\"", func() bool {
 		list, _ := e.client.CertmanagerV1().CertificateRequests("").List(context.Background(), metav1.ListOptions{})

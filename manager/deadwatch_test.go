@@ -49,10 +49,7 @@ func TestEndedWatchStreamMakesTheWaitReadDirectly(t *testing.T) {
 	cut := cuttableInformerWatch(e)
 	e.register("v1", false)
 	m := e.start()
-	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); done <- err }()
+	done := e.manageInBackground("v1")
 	pending := e.waitForPending()
 	e.poll("the publish to wait for its request in the cache", func() bool {
 		_, err := m.requests.lister.CertificateRequests(pending.Namespace).Get(pending.Name)

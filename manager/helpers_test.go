@@ -262,6 +262,16 @@ func (e *env) waitForPending() *cmapi.CertificateRequest {
 	}
 }
 
+// manageInBackground calls ManageVolumeImmediate for a registered volume on another goroutine,
+// bounded by pollTimeout, and returns where its error will arrive.
+func (e *env) manageInBackground(id string) <-chan error {
+	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+	e.t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { _, err := e.m.ManageVolumeImmediate(ctx, id); done <- err }()
+	return done
+}
+
 // manageAndIssue calls ManageVolumeImmediate for a registered volume, signs its request with
 // the test CA, and returns the signed request once the call has succeeded.
 func (e *env) manageAndIssue(id string) *cmapi.CertificateRequest {

@@ -89,10 +89,7 @@ func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
 				m.UnmanageVolume("v1")
 			}
 			// Bounded: a second request, which nobody signs, would make the call wait.
-			ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); done <- err }()
+			done := e.manageInBackground("v1")
 			issued = e.issuePending()
 			if err := <-done; err != nil {
 				t.Fatalf("the publish after the lost response: %v", err)
@@ -160,10 +157,7 @@ func TestSettlingReadsBeforeItCreatesAgain(t *testing.T) {
 	m := e.start()
 	cut()
 	e.poll("the watch to be suspect", m.requests.isWatchSuspect)
-	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); done <- err }()
+	done := e.manageInBackground("v1")
 	if _, err := testkit.Issue(context.Background(), e.client, e.ca, e.waitForPending(), e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
