@@ -60,9 +60,12 @@
 // A failed attempt leaves the volume registered without a loop; the node server unmanages it and
 // kubelet retries the publish, which resumes the request still pending if its key is held. A
 // create whose outcome is unknown (the connection broke after it was sent) keeps its key and the
-// request as sent; it is settled, never replaced: created again under the same name, and adopted
-// if the apiserver already has it. A pod that terminates (PodTerminating, the pod condition's
-// reads, or the request deleted by the garbage collector) ends the publish at once.
+// request as sent; it is settled, never replaced: found in the cache or by a read, and adopted
+// if it is the one sent, else created again under the same name. A pod that terminates
+// (PodTerminating, the pod condition's reads, or the request deleted by the garbage collector)
+// ends the publish at once. A wait whose informer watch is suspect (its stream ended unasked, a
+// new one could not be opened, or a call found the apiserver unreachable) reads its request from
+// the apiserver until a watch is open again.
 //
 // # A renewal
 //
