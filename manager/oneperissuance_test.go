@@ -203,6 +203,12 @@ func TestSettlingWithoutAnAnswerKeepsTheKey(t *testing.T) {
 	if !ok {
 		t.Fatal("the key was forgotten although the first create's outcome is still unknown")
 	}
+	m.requests.mu.Lock()
+	_, ordered := m.requests.created[requestKey(sent.Namespace, sent.Name)]
+	m.requests.mu.Unlock()
+	if !ordered {
+		t.Fatal("the request's place in the creation order was forgotten")
+	}
 	m.UnmanageVolume("v1")
 	e.manageAndIssue("v1")
 	if reqs := e.requests(); len(reqs) != 1 || reqs[0].Name != sent.Name {

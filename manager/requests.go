@@ -273,10 +273,7 @@ func (r *requests) build(meta metadata.Metadata, bundle *CertificateRequestBundl
 // (kept when the create's outcome is unknown).
 func (r *requests) create(ctx context.Context, client cmclient.Interface, req *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
 	reqKey := requestKey(req.Namespace, req.Name)
-	r.mu.Lock()
-	r.createdSeq++
-	r.created[reqKey] = r.createdSeq
-	r.mu.Unlock()
+	r.noteCreated(reqKey)
 	created, err := client.CertmanagerV1().CertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
 	if err != nil {
 		r.noteCallFailed(err)
@@ -330,6 +327,9 @@ func (r *requests) settle(ctx context.Context, client cmclient.Interface, sent *
 		case settledBy(createErr):
 			return nil, createErr
 		case !apierrors.IsAlreadyExists(createErr):
+			// create forgot the request's order if the apiserver turned it away, which says
+			// nothing of the first create.
+			r.noteCreated(requestKey(sent.Namespace, sent.Name))
 			return nil, fmt.Errorf("%w: %w", errStillUnknown, createErr)
 		}
 		if got, err = crs.Get(ctx, sent.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
@@ -398,6 +398,15 @@ func (r *requests) forVolumeFromAPIServer(ctx context.Context, volumeID string) 
 	}
 	r.sortByCreation(reqs)
 	return reqs, nil
+}
+
+// noteCreated records that this process created (or is creating) a request, after every other
+// it created.
+func (r *requests) noteCreated(reqKey string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.createdSeq++
+	r.created[reqKey] = r.createdSeq
 }
 
 func (r *requests) forgetOrder(reqKey string) {
