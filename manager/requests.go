@@ -52,9 +52,12 @@ const (
 
 // requests is the node's view of its CertificateRequests: one informer selected by the
 // node-hash label and indexed by the volume-hash label, the order in which this process created
-// requests, and the waiters the informer's events wake. It finds, builds, creates, waits for and
-// deletes a volume's requests; it never polls the apiserver. What else must happen when a
-// request is gone (its private key dropped) is the deleted callback's business.
+// requests, and the waiters the informer's events wake. It finds, builds, creates, settles,
+// waits for and deletes a volume's requests. It reads the apiserver past its cache only to
+// settle a create whose outcome is unknown, when a delete shows the cache stale, and, one request
+// per waiter within a node-wide bound, while its watch is suspect; never a list of everything.
+// What else must happen when a request is gone (its private key dropped) is the deleted
+// callback's business.
 type requests struct {
 	client   cmclient.Interface // deletes requests
 	clock    clock.Clock
