@@ -525,11 +525,10 @@ func (r *requests) readDirect(ctx context.Context, namespace, name string) (req 
 }
 
 // noteCallFailed learns from a failed call to the apiserver: one that got no answer at all (a
-// refused or broken connection) means the informer's watch is down too, though client-go
-// retries a refused watch without reporting it.
+// refused or broken connection, see unreachable) means the informer's watch is down too, though
+// client-go retries a refused watch without reporting it.
 func (r *requests) noteCallFailed(err error) {
-	var status apierrors.APIStatus
-	if err != nil && !errors.As(err, &status) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	if unreachable(err) {
 		r.suspectWatch()
 	}
 }
