@@ -2,10 +2,13 @@ package manager
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -82,4 +85,32 @@ func (e *env) stepDirectRead() {
 	}
 	e.poll("the direct read's timer", func() bool { return e.clock.Waiters() == 1 })
 	e.clock.Step(directReadInterval)
+}
+
+// A call that got no answer at all makes the watch suspect (client-go retries a refused watch
+// without telling the informer); an answer, even a refusal, or the caller's own deadline does
+// not. An open watch, or an event through one, clears it.
+func TestUnansweredCallMakesTheWatchSuspect(t *testing.T) {
+	e := newEnv(t, nil)
+	m := e.start()
+	for name, tc := range map[string]struct {
+		err     error
+		suspect bool
+	}{
+		"refused connection": {connectionRefused, true},
+		"reset connection":   {connectionReset, true},
+		"a 500":              {apierrors.NewInternalError(errors.New("etcd")), false},
+		"a 429":              {apierrors.NewTooManyRequests("slow down", 1), false},
+		"the deadline":       {context.DeadlineExceeded, false},
+	} {
+		m.requests.watchLive()
+		m.requests.noteCallFailed(fmt.Errorf("creating CertificateRequest: %w", tc.err))
+		if got := m.requests.isWatchSuspect(); got != tc.suspect {
+			t.Errorf("%s: suspect %v, want %v", name, got, tc.suspect)
+		}
+	}
+	m.requests.watchLive()
+	if m.requests.isWatchSuspect() {
+		t.Error("an open watch left the watch suspect")
+	}
 }
