@@ -275,10 +275,12 @@ func sameDirectory(a, b string) bool {
 var errForeignMount = errors.New("refusing to publish over a mount that is not the volume's")
 
 // tearDownFailedPublish undoes a first publish that failed: stop managing, unmount the target
-// (unless unmount is false: the mount there is not ours), remove the files. Pending keys and
-// metric series stay: kubelet will retry the same volume.
+// (unless unmount is false: the mount there is not ours), remove the files, retire the metric
+// series. Pending keys stay, and so do the series for a retention: kubelet will retry the same
+// volume, which keeps them.
 func (ns *nodeServer) tearDownFailedPublish(log logr.Logger, id, target string, unmount bool) {
 	ns.manager.UnmanageVolume(id)
+	ns.manager.RetireVolumeMetricSeries(id)
 	if !unmount {
 		log.Info("Leaving the target path's mount alone: it is not the volume's", "target_path", target)
 	} else if err := mount.CleanupMountPoint(target, ns.mounter, true); err != nil {
@@ -289,8 +291,8 @@ func (ns *nodeServer) tearDownFailedPublish(log logr.Logger, id, target string, 
 	}
 }
 
-// NodeUnpublishVolume removes a volume for good: unmanage, unmount, remove its files, delete its
-// metric series. It is idempotent: an unknown volume or a missing target succeeds, since
+// NodeUnpublishVolume removes a volume for good: unmanage, unmount, remove its files, retire its
+// metric series (deleted after manager.MetricSeriesRetention). It is idempotent: an unknown volume or a missing target succeeds, since
 // kubelet retries an unpublish until it succeeds.
 func (ns *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id := req.GetVolumeId()
@@ -314,7 +316,7 @@ func (ns *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpu
 	if err := ns.store.RemoveVolume(id); err != nil {
 		return nil, status.Errorf(codes.Internal, "removing volume %q: %v", id, err)
 	}
-	ns.manager.DeleteVolumeMetricSeries(id)
+	ns.manager.RetireVolumeMetricSeries(id)
 	log.Info("Volume unpublished", "target_path", req.GetTargetPath())
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }

@@ -31,6 +31,8 @@ type Manager struct {
 
 	// table is the set of managed volumes and what the board shows of each.
 	table *volumeTable
+	// series deletes the metric series of volumes gone for a retention.
+	series *seriesRetention
 }
 
 // NewManager validates opts, starts the informer on the node's CertificateRequests, waits for
@@ -58,6 +60,7 @@ func NewManager(opts Options) (*Manager, error) {
 		log:      log,
 		life:     newLifetime(),
 	}
+	m.series = newSeriesRetention(opts.Clock, m.DeleteVolumeMetricSeries)
 	m.admission = newAdmission(opts,
 		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
 		func() { opts.Metrics.IncrementAdmissionWaits(nodeHash) })
@@ -146,15 +149,17 @@ func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister 
 	return m.requests.lister
 }
 
-// register adds a volume to the managed set, counted in its state, without starting its loop;
-// resumed says it comes from stored state at start-up. It returns nil if the volume is already
-// managed or the manager is stopped.
+// register adds a volume to the managed set, counted in its state, without starting its loop,
+// and keeps its metric series (a retirement pending for the ID is cancelled); resumed says it
+// comes from stored state at start-up. It returns nil if the volume is already managed or the
+// manager is stopped.
 func (m *Manager) register(id string, resumed bool) *volume {
 	v := newVolume(id, m.opts.Clock.Now(), m.log)
 	v.resumed = resumed
 	if !m.table.add(v) {
 		return nil
 	}
+	m.series.keep(id)
 	return v
 }
 
@@ -273,7 +278,7 @@ func (m *Manager) issueFirst(ctx context.Context, v *volume, meta metadata.Metad
 // flight, and returns once none of them can write any more: it waits for a WriteKeypair of this
 // volume that is already running, and for nothing else (a driver function that ignores its
 // context cannot hang it). Pending keys and metric series stay: kubelet may publish the volume
-// again (see DeleteVolumeMetricSeries for a volume gone for good). Unmanaging an unknown volume
+// again (see RetireVolumeMetricSeries for a volume gone). Unmanaging an unknown volume
 // does nothing.
 func (m *Manager) UnmanageVolume(volumeID string) {
 	v := m.table.get(volumeID)
@@ -292,11 +297,20 @@ func (m *Manager) unregister(v *volume) bool {
 	return m.table.remove(v, m.board.forget)
 }
 
-// DeleteVolumeMetricSeries deletes a volume's per-volume metric series. The node server calls
-// it when the volume is gone for good (a successful NodeUnpublishVolume); a failed publish keeps
-// them, because kubelet retries the same volume.
+// DeleteVolumeMetricSeries deletes a volume's per-volume metric series at once.
 func (m *Manager) DeleteVolumeMetricSeries(volumeID string) {
 	m.opts.Metrics.DeleteVolumeSeries(m.nodeHash, volumeID)
+}
+
+// RetireVolumeMetricSeries deletes a volume's per-volume metric series once
+// MetricSeriesRetention has passed on Options.Clock, unless the volume is managed again before
+// then. The node server calls it after a successful NodeUnpublishVolume and after a failed first
+// publish (kubelet usually retries that volume within the retention, which keeps its series):
+// until the retention ends, /metrics prints the volume's final counts, as upstream does.
+func (m *Manager) RetireVolumeMetricSeries(volumeID string) {
+	if m.opts.Metrics != nil {
+		m.series.retire(volumeID)
+	}
 }
 
 // IsVolumeReady reports whether a managed volume has a certificate that is not yet due for
@@ -369,6 +383,7 @@ func (m *Manager) Stop() {
 			v.ctx.cancel()
 		}
 		m.keys.stop()
+		m.series.stop()
 		m.life.end()
 		if m.board.conditions != nil {
 			m.board.conditions.stop()

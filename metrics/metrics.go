@@ -10,11 +10,11 @@
 // certmanager_csi_issuance_admission_waiting, certmanager_csi_issuance_admission_waits_total and
 // the state gauge certmanager_csi_volumes (which EnableVolumeStateGauge turns on alone).
 //
-// Per-volume series are deleted by DeleteVolumeSeries when a volume is gone for good (the node
-// server calls it through the manager after a successful NodeUnpublishVolume); a failed publish
-// keeps them, because kubelet retries the same volume. A volume whose pod was deleted before any
-// publish succeeded gets no unpublish, so its series (at most three) live until the process
-// restarts. The start-up sweep runs before any series exists in a new process.
+// Per-volume series outlive their volume by a retention, as upstream's never-deleted series
+// do for a while: the manager deletes them (DeleteVolumeSeries) once its
+// MetricSeriesRetention has passed after a NodeUnpublishVolume, or after a failed first publish
+// that kubelet did not retry within it. The start-up sweep runs before any series exists in a
+// new process.
 //
 // All methods of a nil *Metrics do nothing, so the manager can call them unconditionally.
 package metrics

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	cminformers "github.com/cert-manager/cert-manager/pkg/client/informers/externalversions"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +39,9 @@ import (
 // driver starts.
 type metricsServerRun struct {
 	client    *fake.Clientset
+	node      csi.NodeClient
+	target    map[string]string // each published volume's target path
+	clock     *testclock.FakeClock
 	notAfter  time.Time // of the certificate every request gets
 	persisted time.Time // the NextIssuanceTime WriteKeypair persists
 }
@@ -72,7 +76,7 @@ func startMetricsServer(t *testing.T, configure func(*metrics.Metrics)) (scrape 
 		t.Fatal(err)
 	}
 	r = &metricsServerRun{client: client, notAfter: clk.Now().Add(time.Hour), persisted: clk.Now().Add(time.Hour)}
-	_, cl, _ := testdriver.Run(t, testdriver.Options{
+	_, cl, stop := testdriver.Run(t, testdriver.Options{
 		Store:   store,
 		Clock:   clk,
 		Client:  client,
@@ -89,6 +93,8 @@ func startMetricsServer(t *testing.T, configure func(*metrics.Metrics)) (scrape 
 			return store.WriteMetadata(meta.VolumeID, meta)
 		},
 	})
+	t.Cleanup(stop)
+	r.node, r.clock, r.target = cl, clk, map[string]string{}
 	go testutil.IssueAllRequests(ctx, t, client, namespace, cert, ca.CertPEM)
 	scrape = func() string {
 		t.Helper()
@@ -106,6 +112,7 @@ func startMetricsServer(t *testing.T, configure func(*metrics.Metrics)) (scrape 
 	publish = func(id string) {
 		t.Helper()
 		req := upstreamStylePublishRequest(t, id)
+		r.target[id] = req.TargetPath
 		if _, err := cl.NodePublishVolume(ctxWithTimeout(t, pollTimeout), req); err != nil {
 			t.Fatal(err)
 		}
@@ -124,10 +131,13 @@ func upTo(text string) string {
 
 func promFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
-// TestMetricsServer is upstream's metrics test: before any volume, /metrics up to Go's runtime
-// families is exactly the two count families; after one publish and its issuance it is exactly
-// upstream's families for that state. None of the families upstream lacks may appear (the
-// publish writes the volume's first certificate, which EnableExtendedMetrics would record).
+// TestMetricsServer is upstream's metrics test, its three phases: before any volume, /metrics
+// up to Go's runtime families is exactly the two count families; after one publish and its
+// issuance it is exactly upstream's families for that state; after the unpublish and the
+// request's deletion the volume's counter is still printed beside the two counts at 0. None of
+// the families upstream lacks may appear (the publish writes the volume's first certificate,
+// which EnableExtendedMetrics would record). A fourth phase, the fork's own: the counter goes
+// once manager.MetricSeriesRetention has passed on the manager's clock.
 func TestMetricsServer(t *testing.T) {
 	scrape, publish, r := startMetricsServer(t, nil)
 	const node = `node="f56fd9f8b"`
@@ -170,10 +180,40 @@ certmanager_csi_managed_certificate_request_count{` + node + `} 1
 certmanager_csi_managed_volume_count{` + node + `} 1
 `
 	// The test's own informer sees the signed request a little after the publish returns.
+	waitForScrape(t, scrape, "after the issuance", after)
+
+	// Upstream's third phase: the pod is gone (unpublish) and so is its request; the volume's
+	// counter is still printed with its count, the managed counts are 0.
+	ctx := ctxWithTimeout(t, pollTimeout)
+	if _, err := r.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "test-vol", TargetPath: r.target["test-vol"]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.client.CertmanagerV1().CertificateRequests(namespace).Delete(ctx, list.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	counter := `# HELP certmanager_csi_issue_requests_total The number of issue() calls made by the driver.
+# TYPE certmanager_csi_issue_requests_total counter
+certmanager_csi_issue_requests_total{` + node + `,volume="test-vol"} 1
+`
+	waitForScrape(t, scrape, "after the unpublish", counter+before)
+
+	// The fork's retention: a moment before it ends the counter is still there; once it has
+	// passed on the manager's clock, the volume's series are gone.
+	r.clock.Step(manager.MetricSeriesRetention - time.Second)
+	if got := upTo(scrape()); got != counter+before {
+		t.Fatalf("/metrics before the retention ends:\n%s\nwant:\n%s", got, counter+before)
+	}
+	r.clock.Step(time.Second)
+	waitForScrape(t, scrape, "after the retention", before)
+}
+
+// waitForScrape polls /metrics (bounded) until the text before Go's runtime families is want.
+func waitForScrape(t *testing.T, scrape func() string, when, want string) {
+	t.Helper()
 	deadline := time.Now().Add(pollTimeout)
-	for got := upTo(scrape()); got != after; got = upTo(scrape()) {
+	for got := upTo(scrape()); got != want; got = upTo(scrape()) {
 		if time.Now().After(deadline) {
-			t.Fatalf("/metrics after the issuance:\n%s\nwant:\n%s", got, after)
+			t.Fatalf("/metrics %s:\n%s\nwant:\n%s", when, got, want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
