@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	cminformers "github.com/cert-manager/cert-manager/pkg/client/informers/externalversions"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
