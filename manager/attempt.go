@@ -95,9 +95,10 @@ func (a *attempt) callDriver(f func()) error {
 
 // issue makes the attempt:
 //  1. delete the volume's requests beyond MaxRequestsPerVolume, oldest first;
-//  2. read the metadata, unless the caller did; if a request of the volume was sent and its
-//     create's outcome is unknown, settle it (see requests.settle) and wait for it: never a
-//     second request for one issuance;
+//  2. read the metadata, unless the caller did; if this process created (or may have created)
+//     a request of the volume that the informer's cache has not shown yet (see
+//     pendingKeys.holdUnseen), settle it (see requests.settle) and wait for it: never a second
+//     request for one issuance, whether the create's outcome is unknown or the cache lags;
 //  3. resume the newest request if it is resumable (see resumable): with its private key
 //     held (pendingKeys), wait for it; without, delete it and go on; a request that is not
 //     resumable is left alone;
@@ -140,13 +141,13 @@ func (a *attempt) issue(ctx context.Context) error {
 	} else if meta, err = iss.store.ReadMetadata(v.id); err != nil {
 		return fmt.Errorf("reading metadata: %w", err)
 	}
-	if sent, key, ok := iss.keys.unconfirmedRequest(v.id); ok {
-		settled, err := a.settle(ctx, log, meta, sent)
+	if held, ok := iss.keys.unseenRequest(v.id); ok {
+		settled, err := a.settle(ctx, log, meta, held.request, held.created)
 		if err != nil {
 			return err
 		}
 		if settled != nil {
-			return a.waitAndWrite(ctx, meta, settled.Namespace, settled.Name, key)
+			return a.waitAndWrite(ctx, meta, settled, held.key)
 		}
 	}
 
@@ -161,7 +162,7 @@ func (a *attempt) issue(ctx context.Context) error {
 		}
 		if ok {
 			log.V(2).Info("Resuming CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
-			return a.waitAndWrite(ctx, meta, newest.Namespace, newest.Name, key)
+			return a.waitAndWrite(ctx, meta, newest, key)
 		}
 		wasFromAPIServer := fromAPIServer
 		if reqs, fromAPIServer, err = a.deleteRequest(ctx, log, newest, nil, fromAPIServer); err != nil {
@@ -241,21 +242,24 @@ func (a *attempt) issue(ctx context.Context) error {
 			// The request may exist: its key and the request as sent stay held, and it is settled
 			// at once, or by the next attempt if the apiserver still does not answer; never
 			// replaced by another.
-			iss.keys.holdUnconfirmed(reqKey, req)
+			a.holdUntilSeen(reqKey, req, false)
 			log.Info("The outcome of creating a CertificateRequest is unknown; settling it", "request", req.Name, "namespace", req.Namespace, "error", err.Error())
-			settled, settleErr := a.settle(ctx, log, meta, req)
+			settled, settleErr := a.settle(ctx, log, meta, req, false)
 			if settleErr != nil || settled == nil {
 				return err
 			}
-			return a.waitAndWrite(ctx, meta, settled.Namespace, settled.Name, key)
+			return a.waitAndWrite(ctx, meta, settled, key)
 		}
 		iss.keys.requestDeleted(reqKey)
 		return err
 	}
 	log.Info("Created CertificateRequest", "request", created.Name, "namespace", created.Namespace)
+	// Until the cache shows it, a later attempt (kubelet's retry after this one's deadline)
+	// settles this request rather than creating another.
+	a.holdUntilSeen(reqKey, req, true)
 
 	// Step 6.
-	return a.waitAndWrite(ctx, meta, created.Namespace, created.Name, key)
+	return a.waitAndWrite(ctx, meta, created, key)
 }
 
 // deleteRequest deletes a stale request of the volume and forgets its key, and returns the
@@ -281,11 +285,21 @@ func (a *attempt) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi
 	return reqs, true, err
 }
 
-// settle settles the volume's request whose create's outcome is unknown (requests.settle):
-// it returns the request to wait for; nil, nil if it was created and has been deleted since (its
+// holdUntilSeen holds the request as sent with its key (pendingKeys.holdUnseen) until the
+// informer's cache shows it; if the cache shows it already (its event came before this call),
+// it is seen at once.
+func (a *attempt) holdUntilSeen(reqKey string, sent *cmapi.CertificateRequest, created bool) {
+	a.iss.keys.holdUnseen(reqKey, sent, created)
+	if a.iss.requests.exists(reqKey) {
+		a.iss.keys.seen(reqKey)
+	}
+}
+
+// settle settles the volume's request that the cache has not shown (requests.settle; created:
+// the apiserver answered its create): it returns the request to wait for; nil, nil if it was created and has been deleted since (its
 // key is forgotten, and the attempt goes on to a new request); an error if its outcome is still
 // unknown (it stays held for the next attempt) or it can never be settled (its key is forgotten).
-func (a *attempt) settle(ctx context.Context, log logr.Logger, meta metadata.Metadata, sent *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
+func (a *attempt) settle(ctx context.Context, log logr.Logger, meta metadata.Metadata, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
 	iss := a.iss
 	var client cmclient.Interface
 	var driverErr error
@@ -296,11 +310,13 @@ func (a *attempt) settle(ctx context.Context, log logr.Logger, meta metadata.Met
 		return nil, fmt.Errorf("building client for volume: %w", driverErr)
 	}
 	reqKey := requestKey(sent.Namespace, sent.Name)
-	got, err := iss.requests.settle(ctx, client, sent)
+	got, err := iss.requests.settle(ctx, client, sent, created)
 	switch {
 	case err == nil:
-		iss.keys.confirmed(reqKey)
-		log.Info("Settled a CertificateRequest whose create's outcome was unknown; resuming it", "request", got.Name, "namespace", got.Namespace)
+		if iss.requests.exists(reqKey) {
+			iss.keys.seen(reqKey)
+		}
+		log.Info("Resuming the CertificateRequest created for this volume (its create's outcome was unknown, or the informer's cache had not shown it)", "request", got.Name, "namespace", got.Namespace)
 		return got, nil
 	case errors.Is(err, errRequestGone):
 		log.Info("A CertificateRequest whose create's outcome was unknown was created and has been deleted since", "request", sent.Name, "namespace", sent.Namespace)
@@ -314,13 +330,14 @@ func (a *attempt) settle(ctx context.Context, log logr.Logger, meta metadata.Met
 	}
 }
 
-// waitAndWrite waits for a submitted request to finish, then hands the key pair to WriteKeypair
-// (unless the volume was unmanaged meanwhile), forgets the key and shows the new certificate on
-// the board.
-func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, namespace, name string, key any) error {
+// waitAndWrite waits for a submitted request (read: as last read, see requests.wait) to finish,
+// then hands the key pair to WriteKeypair (unless the volume was unmanaged meanwhile), forgets
+// the key and shows the new certificate on the board.
+func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, read *cmapi.CertificateRequest, key any) error {
 	iss, v := a.iss, a.v
+	namespace, name := read.Namespace, read.Name
 	reqKey := requestKey(namespace, name)
-	req, finished, err := iss.requests.wait(ctx, namespace, name)
+	req, finished, err := iss.requests.wait(ctx, read)
 	if err != nil {
 		if finished {
 			// Denied, failed or deleted: the key is of no further use.

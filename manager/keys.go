@@ -43,9 +43,10 @@ type pendingKeys struct {
 	// delete events remove keys while attempts write them.
 	mu       sync.Mutex
 	inMemory map[string]heldKey
-	// unconfirmed holds, by volume ID, the request key of the volume's request whose create's
-	// outcome is unknown (see holdUnconfirmed); its key is in inMemory.
-	unconfirmed map[string]string
+	// unseen holds, by volume ID, the request key of the volume's request that this process
+	// created, or may have created, and that the informer's cache has not shown yet (see
+	// holdUnseen); its key is in inMemory.
+	unseen map[string]string
 	// sweptFor holds, by volume ID, the request each kept key belongs to.
 	sweptFor map[string]string
 	// stopExpiry stops the end of the kept keys' grace period.
@@ -56,9 +57,11 @@ type pendingKeys struct {
 type heldKey struct {
 	volumeID string
 	key      any
-	// request is the request as it was sent, while its create's outcome is unknown; nil once
-	// the apiserver answered.
+	// request is the request as it was sent, until the informer's cache shows it; nil after.
 	request *cmapi.CertificateRequest
+	// created: the apiserver answered the create of request with the request (its outcome is
+	// known); false while the outcome is unknown.
+	created bool
 }
 
 // pendingKeyRequestHeader is the PEM header naming the request a persisted key belongs to.
@@ -69,7 +72,7 @@ const pendingKeyRequestHeader = "CertificateRequest"
 const sweptKeyGrace = 5 * time.Minute
 
 func newPendingKeys(log logr.Logger, store storage.MetadataReader) *pendingKeys {
-	k := &pendingKeys{log: log, inMemory: make(map[string]heldKey), unconfirmed: make(map[string]string), sweptFor: make(map[string]string)}
+	k := &pendingKeys{log: log, inMemory: make(map[string]heldKey), unseen: make(map[string]string), sweptFor: make(map[string]string)}
 	k.store, _ = store.(storage.PendingKeyStore)
 	k.swept, _ = store.(storage.SweptKeyStore)
 	if k.store == nil {
@@ -107,47 +110,50 @@ func (k *pendingKeys) inMemoryKey(reqKey string) (any, bool) {
 	return pk.key, ok
 }
 
-// holdUnconfirmed keeps the key of a request whose create's outcome is unknown (the connection
-// broke, or the deadline passed, after the create was sent), with the request as it was sent, so
-// that the volume's next attempt settles that request instead of creating another. The key was
-// remembered before the create.
-func (k *pendingKeys) holdUnconfirmed(reqKey string, req *cmapi.CertificateRequest) {
+// holdUnseen keeps the key of a request this process created (created is true), or may have
+// created (the connection broke, or the deadline passed, after the create was sent), with the
+// request as it was sent, until the informer's cache shows that request (seen). Meanwhile the volume's next
+// attempt settles that request (from the cache, else by reading it from the apiserver) instead
+// of creating another: a cache that lags behind a create never costs a second request. The key
+// was remembered before the create.
+func (k *pendingKeys) holdUnseen(reqKey string, req *cmapi.CertificateRequest, created bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	pk, ok := k.inMemory[reqKey]
 	if !ok {
 		return
 	}
-	pk.request = req
+	pk.request, pk.created = req, created
 	k.inMemory[reqKey] = pk
-	k.unconfirmed[pk.volumeID] = reqKey
+	k.unseen[pk.volumeID] = reqKey
 }
 
-// unconfirmedRequest returns the volume's request whose create's outcome is unknown, with its
-// key; ok is false when there is none.
-func (k *pendingKeys) unconfirmedRequest(volumeID string) (req *cmapi.CertificateRequest, key any, ok bool) {
+// unseenRequest returns what is held of the volume's request that the cache has not shown yet
+// (holdUnseen): the request as sent, its key and whether it was created for certain; ok is
+// false when there is none.
+func (k *pendingKeys) unseenRequest(volumeID string) (held heldKey, ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	reqKey, ok := k.unconfirmed[volumeID]
+	reqKey, ok := k.unseen[volumeID]
 	if !ok {
-		return nil, nil, false
+		return heldKey{}, false
 	}
-	pk := k.inMemory[reqKey]
-	return pk.request, pk.key, true
+	return k.inMemory[reqKey], true
 }
 
-// confirmed records that the apiserver holds the request: its key stays held as any pending
-// request's.
-func (k *pendingKeys) confirmed(reqKey string) {
+// seen records that the informer's cache shows the request: its key stays held as any pending
+// request's, and the volume's attempts find the request in the cache from now on. The
+// informer's add and update events call it for every request.
+func (k *pendingKeys) seen(reqKey string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	pk, ok := k.inMemory[reqKey]
 	if !ok || pk.request == nil {
 		return
 	}
-	pk.request = nil
+	pk.request, pk.created = nil, false
 	k.inMemory[reqKey] = pk
-	delete(k.unconfirmed, pk.volumeID)
+	delete(k.unseen, pk.volumeID)
 }
 
 // count is how many keys are held in memory.
@@ -171,8 +177,8 @@ func (k *pendingKeys) dropLocked(reqKey string) {
 		return
 	}
 	delete(k.inMemory, reqKey)
-	if k.unconfirmed[pk.volumeID] == reqKey {
-		delete(k.unconfirmed, pk.volumeID)
+	if k.unseen[pk.volumeID] == reqKey {
+		delete(k.unseen, pk.volumeID)
 	}
 	if k.store == nil {
 		return

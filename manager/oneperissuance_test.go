@@ -83,7 +83,7 @@ func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
 				if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
 					t.Fatal("the attempt whose create and settling broke succeeded")
 				}
-				if _, _, ok := m.keys.unconfirmedRequest("v1"); !ok {
+				if _, ok := m.keys.unseenRequest("v1"); !ok {
 					t.Error("the key of a create whose outcome is unknown was not kept")
 				}
 				m.UnmanageVolume("v1")
@@ -112,7 +112,7 @@ func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
 			if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(leaf.PublicKey) {
 				t.Fatal("the key written is not the key the request was made with")
 			}
-			if _, _, ok := m.keys.unconfirmedRequest("v1"); ok || m.keys.count() != 0 {
+			if _, ok := m.keys.unseenRequest("v1"); ok || m.keys.count() != 0 {
 				t.Fatalf("keys left after the issuance: %d", m.keys.count())
 			}
 		})
@@ -136,7 +136,7 @@ func TestRefusedCreateForgetsTheKey(t *testing.T) {
 	if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); !apierrors.IsForbidden(err) {
 		t.Fatalf("error %v, want the refusal", err)
 	}
-	if _, _, ok := m.keys.unconfirmedRequest("v1"); ok || m.keys.count() != 0 {
+	if _, ok := m.keys.unseenRequest("v1"); ok || m.keys.count() != 0 {
 		t.Fatalf("a refused create kept its key (%d keys)", m.keys.count())
 	}
 	m.UnmanageVolume("v1")
@@ -199,7 +199,8 @@ func TestSettlingWithoutAnAnswerKeepsTheKey(t *testing.T) {
 	if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
 		t.Fatal("the attempt whose create and settling got no answer succeeded")
 	}
-	sent, _, ok := m.keys.unconfirmedRequest("v1")
+	held, ok := m.keys.unseenRequest("v1")
+	sent := held.request
 	if !ok {
 		t.Fatal("the key was forgotten although the first create's outcome is still unknown")
 	}
@@ -243,5 +244,68 @@ func TestPodTerminatingEndsThePublishAndCreatesNothing(t *testing.T) {
 	}
 	if got := e.counter(issueErrors, "v1"); got != 0 {
 		t.Fatalf("a terminating pod counted %v issuance errors", got)
+	}
+}
+
+// TestLaggingCacheResumesTheCreatedRequest: a request created for certain that the informer's
+// cache has not shown when the attempt's deadline ends (a slow watch: here its events are held)
+// is resumed by the next attempt, kubelet's retry, from a read of the apiserver; never a second
+// request. Signed before the retry, it is written at once, with the key it was made with;
+// signed during it, the retry writes it once the events arrive.
+func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
+	for _, signedBeforeRetry := range []bool{true, false} {
+		t.Run(map[bool]string{true: "signed before the retry", false: "signed during the retry"}[signedBeforeRetry], func(t *testing.T) {
+			e := newEnv(t, nil)
+			release := testkit.SlowWatches(e.client, cmapi.SchemeGroupVersion.WithResource("certificaterequests"), time.Hour)
+			e.register("v1", false)
+			m := e.start()
+
+			// The publish: it creates its request, which the cache never shows before its
+			// deadline.
+			ctx, cancel := context.WithCancel(context.Background())
+			first := make(chan error, 1)
+			go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); first <- err }()
+			e.poll("the request to be created", func() bool { return len(e.requests()) == 1 })
+			created := e.requests()[0]
+			sign := func() {
+				if _, err := testkit.Issue(context.Background(), e.client, e.ca, &created, e.clock.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if signedBeforeRetry {
+				sign()
+			}
+			cancel()
+			if err := <-first; err == nil {
+				t.Fatal("the publish succeeded without seeing its request")
+			}
+			m.UnmanageVolume("v1")
+
+			// kubelet's retry.
+			retry := e.manageInBackground("v1")
+			if !signedBeforeRetry {
+				e.poll("the retry to wait on the request", func() bool { return m.requests.waiting() == 1 })
+				sign()
+				release()
+			}
+			if err := <-retry; err != nil {
+				t.Fatalf("the retry: %v", err)
+			}
+			if reqs := e.requests(); len(reqs) != 1 {
+				t.Fatalf("%d requests for one issuance", len(reqs))
+			}
+			e.mu.Lock()
+			key := e.written["v1"][0]
+			e.mu.Unlock()
+			leaf, err := certs.ParseLeaf(e.requests()[0].Status.Certificate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(leaf.PublicKey) {
+				t.Fatal("the key written is not the key the request was made with")
+			}
+			release()
+			e.poll("the cache to show the request", func() bool { _, held := m.keys.unseenRequest("v1"); return !held })
+		})
 	}
 }

@@ -56,8 +56,8 @@ const (
 // waits for and deletes a volume's requests. It reads the apiserver past its cache only to
 // settle a create whose outcome is unknown, when a delete shows the cache stale, and, one request
 // per waiter within a node-wide bound, while its watch is suspect; never a list of everything.
-// What else must happen when a request is gone (its private key dropped) is the deleted
-// callback's business.
+// What else must happen when a request shows up in the cache or is gone (its private key
+// dropped) is the seen and deleted callbacks' business.
 type requests struct {
 	client   cmclient.Interface // deletes requests
 	clock    clock.Clock
@@ -66,8 +66,9 @@ type requests struct {
 	// informerDone is closed when the informer started by start has stopped.
 	informerDone chan struct{}
 	lister       cmlisters.CertificateRequestLister
-	// deleted is called with the key of every request the informer sees deleted.
-	deleted func(reqKey string)
+	// seen is called with the key of every request the informer adds or updates, deleted with
+	// the key of every request it sees deleted.
+	seen, deleted func(reqKey string)
 
 	mu sync.Mutex
 	// created orders the requests this process created, by request key: the apiserver's
@@ -85,11 +86,12 @@ type requests struct {
 }
 
 // newRequests sets up the informer on the node's requests; start runs it.
-func newRequests(client cmclient.Interface, clk clock.Clock, nodeHash string, deleted func(reqKey string)) (*requests, error) {
+func newRequests(client cmclient.Interface, clk clock.Clock, nodeHash string, seen, deleted func(reqKey string)) (*requests, error) {
 	r := &requests{
 		client:      client,
 		clock:       clk,
 		nodeHash:    nodeHash,
+		seen:        seen,
 		deleted:     deleted,
 		created:     make(map[string]uint64),
 		watchers:    make(map[string]map[chan struct{}]struct{}),
@@ -308,25 +310,29 @@ var errRequestGone = errors.New("the CertificateRequest was created and has been
 // errStillUnknown: settle could not find out whether the request exists.
 var errStillUnknown = errors.New("the outcome of creating the CertificateRequest is still unknown")
 
-// settle finds out whether a request whose create's outcome was unknown exists, and creates it
-// if it does not: from the cache if it shows it; else by reading it from the apiserver (a read
-// can be repeated without risk); and if the apiserver does not have it, by creating it again
-// under the same name, where AlreadyExists means the first create arrived meanwhile. A request
-// read from the apiserver must be the one sent (same labels and CSR). It returns the request as
-// the apiserver holds it; errRequestGone if it was created and deleted since; an error matching
-// errStillUnknown if no answer settled it (a broken or refused connection, a 5xx, a 429); any
-// other error says why the request can never be settled.
-func (r *requests) settle(ctx context.Context, client cmclient.Interface, sent *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
+// settle finds the request this process created (created is true) or may have created (the
+// create's outcome is unknown), which the cache did not show: from the cache if it shows it now;
+// else by reading it from the apiserver (a read can be repeated without risk); and if the
+// apiserver does not have it, errRequestGone for a request created for certain, else by creating
+// it again under the same name, where AlreadyExists means the first create arrived meanwhile. A
+// request read from the apiserver must be the one sent (same labels and CSR). It returns the
+// request as the apiserver holds it; errRequestGone if it was created and deleted since; an error
+// matching errStillUnknown if no answer settled it (a broken or refused connection, a 5xx, a
+// 429); any other error says why the request can never be settled.
+func (r *requests) settle(ctx context.Context, client cmclient.Interface, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
 	if cached, err := r.lister.CertificateRequests(sent.Namespace).Get(sent.Name); err == nil {
 		return cached, nil
 	}
 	crs := client.CertmanagerV1().CertificateRequests(sent.Namespace)
 	got, err := crs.Get(ctx, sent.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) && created {
+		return nil, errRequestGone
+	}
 	if apierrors.IsNotFound(err) {
-		created, createErr := r.create(ctx, client, sent.DeepCopy())
+		again, createErr := r.create(ctx, client, sent.DeepCopy())
 		switch {
 		case createErr == nil:
-			return created, nil
+			return again, nil
 		case settledBy(createErr):
 			return nil, createErr
 		case !apierrors.IsAlreadyExists(createErr):
@@ -429,17 +435,22 @@ func (e *waitError) Error() string { return "waiting for request: " + e.reason }
 func (e *waitError) Unwrap() error { return e.cause }
 
 // wait waits until the request is issued (returned), denied or failed (finished is true, with
-// the error drivers' tests match). It reacts to informer events; a request not yet in the cache
-// is waited for, and a cache error other than "not found" is retried after cacheRetryInterval.
-// While the informer's watch is suspect (see watchSuspect) it also reads the request from the
-// apiserver every directReadInterval, so that a broken watch never holds a signed certificate
-// back. When ctx ends the error is a *waitError naming the last state seen.
-func (r *requests) wait(ctx context.Context, namespace, name string) (req *cmapi.CertificateRequest, finished bool, err error) {
+// the error drivers' tests match). read is the request as last read (from the cache, or from the
+// apiserver: a create's answer, a settling's read), which counts until the cache shows something
+// newer, so that a request already issued when a lagging cache does not show it yet ends the wait
+// at once. The wait reacts to informer events; a request not yet in the cache is waited for, and
+// a cache error other than "not found" is retried after cacheRetryInterval. While the informer's
+// watch is suspect (see watchSuspect) it also reads the request from the apiserver every
+// directReadInterval, so that a broken watch never holds a signed certificate back. A request
+// that the cache showed and then lost, or that a direct read no longer finds, was deleted. When
+// ctx ends the error is a *waitError naming the last state seen.
+func (r *requests) wait(ctx context.Context, read *cmapi.CertificateRequest) (req *cmapi.CertificateRequest, finished bool, err error) {
+	namespace, name := read.Namespace, read.Name
 	notify, unwatch := r.watch(requestKey(namespace, name))
 	defer unwatch()
-	seen := false
+	inCache := false
 	lastReason := "request not yet in the informer cache"
-	var direct *cmapi.CertificateRequest // the last direct read, newer than the cache's
+	direct := read // the last read past the cache, newer than the cache's copy while it lags
 	var pollTimer clock.Timer
 	defer func() {
 		if pollTimer != nil {
@@ -449,21 +460,23 @@ func (r *requests) wait(ctx context.Context, namespace, name string) (req *cmapi
 	for {
 		var retry, poll <-chan time.Time
 		req, err := r.lister.CertificateRequests(namespace).Get(name)
+		switch {
+		case err == nil:
+			inCache = true
+		case apierrors.IsNotFound(err) && inCache:
+			return nil, true, deletedWhileWaiting(name)
+		}
 		if direct != nil && (err != nil || newerThan(direct, req)) {
 			req, err = direct, nil
 		}
 		switch {
 		case err == nil:
-			seen = true
 			done, err := requestOutcome(req)
 			if done {
 				return req, err != nil, err
 			}
 			lastReason = pendingReason(req)
 		case apierrors.IsNotFound(err):
-			if seen {
-				return nil, true, deletedWhileWaiting(name)
-			}
 		default:
 			lastReason = err.Error()
 			t := r.clock.NewTimer(cacheRetryInterval)
@@ -486,7 +499,7 @@ func (r *requests) wait(ctx context.Context, namespace, name string) (req *cmapi
 		case <-poll:
 			pollTimer = nil
 			got, gone := r.readDirect(ctx, namespace, name)
-			if gone && seen {
+			if gone && (inCache || direct != nil) {
 				return nil, true, deletedWhileWaiting(name)
 			}
 			if got != nil {
@@ -604,9 +617,11 @@ func (r *requests) waiting() int {
 	return len(r.watchers)
 }
 
-// changed is the informer's add and update handler: it wakes the request's waiters.
+// changed is the informer's add and update handler: it calls seen and wakes the request's
+// waiters.
 func (r *requests) changed(obj any) {
 	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+		r.seen(key)
 		r.notify(key)
 	}
 }
