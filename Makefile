@@ -23,9 +23,11 @@ fmt-check:
 unit:
 	$(GO) test -race -count=1 ./...
 
-## stress: the driver harness tests 20 times in a row, to catch races between calls.
+## stress: the driver harness tests 20 times in a row, to catch races between calls, and the
+## churn (throttled creates, deadlines, overlapping publishes, a slow watch) 5 times.
 stress:
-	$(GO) test -race -count=20 ./test/driver/
+	$(GO) test -race -count=20 -skip TestChurn ./test/driver/
+	$(GO) test -race -count=5 -run TestChurn ./test/driver/
 
 ## envtest: build kube-apiserver and etcd from the Go module proxy into bin/ (cached).
 envtest:

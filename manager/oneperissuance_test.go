@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"sync"
@@ -307,5 +308,31 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 			release()
 			e.poll("the cache to show the request", func() bool { _, held := m.keys.unseenRequest("v1"); return !held })
 		})
+	}
+}
+
+// TestCreateOutcomeUnknown: only a create that may have reached the apiserver is unknown: no
+// answer (a broken connection, a deadline) or a 5xx. A refused connection, an answer below 500
+// and a call the client's own rate limiter held back (client-go's text) never created anything.
+func TestCreateOutcomeUnknown(t *testing.T) {
+	gr := schema.GroupResource{Group: "cert-manager.io", Resource: "certificaterequests"}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"connection reset", connectionReset, true},
+		{"deadline", context.DeadlineExceeded, true},
+		{"internal error", apierrors.NewInternalError(errors.New("x")), true},
+		{"server timeout", apierrors.NewServerTimeout(gr, "create", 1), true},
+		{"connection refused", refused, false},
+		{"forbidden", apierrors.NewForbidden(gr, "x", nil), false},
+		{"too many requests", apierrors.NewTooManyRequests("x", 1), false},
+		{"client rate limiter", fmt.Errorf("client rate limiter Wait returned an error: %w", errors.New("rate: Wait(n=1) would exceed context deadline")), false},
+	} {
+		if got := createOutcomeUnknown(tc.err); got != tc.want {
+			t.Errorf("%s: createOutcomeUnknown = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

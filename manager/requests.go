@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -293,14 +294,24 @@ func (r *requests) create(ctx context.Context, client cmclient.Interface, req *c
 // createOutcomeUnknown reports whether a failed create may nevertheless have created the
 // request: no answer came from the apiserver (a broken connection, a deadline, a cancellation), or
 // it answered that it could not finish in time or failed inside (5xx). A refused connection is
-// not one: the request never left.
+// not one, nor is a call the client's rate limiter held back (throttledBeforeSending): the
+// request never left.
 func createOutcomeUnknown(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
-		// A refused connection never carried the request.
-		return !utilnet.IsConnectionRefused(err)
+		// A refused connection never carried the request, nor did a client that would not wait
+		// for its own rate limiter.
+		return !utilnet.IsConnectionRefused(err) && !throttledBeforeSending(err)
 	}
 	return status.Status().Code >= http.StatusInternalServerError
+}
+
+// throttledBeforeSending reports whether a call failed in the client's own rate limiter, before
+// anything was sent: client-go's REST client waits there under the call's context and gives up
+// at once when the wait would outlast the context's deadline. The text is client-go's own; the
+// limiter's errors carry no sentinel to match.
+func throttledBeforeSending(err error) bool {
+	return strings.Contains(err.Error(), "client rate limiter Wait returned an error")
 }
 
 // errRequestGone: a request whose create's outcome was unknown was created, and has been deleted
