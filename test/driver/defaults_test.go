@@ -24,6 +24,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
@@ -126,12 +127,14 @@ func TestRunLeavesTheCallersObjectsAlone(t *testing.T) {
 	}
 }
 
-// TestSeriesLiveUntilUnpublish: a failed first publish keeps the volume's series (kubelet
-// retries the same volume); a successful unpublish deletes them.
-func TestSeriesLiveUntilUnpublish(t *testing.T) {
+// TestSeriesLiveThroughUnpublishForTheRetention: a failed publish keeps the volume's series
+// (kubelet retries it), and so does its unpublish, as upstream's never-deleted series do, until
+// manager.MetricSeriesRetention has passed on the manager's clock.
+func TestSeriesLiveThroughUnpublishForTheRetention(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	store := storage.NewMemoryFS()
-	o := testdriver.Options{Store: store}
+	clk := testclock.NewFakeClock(time.Now())
+	o := testdriver.Options{Store: store, Clock: clk}
 	realIssuance(&o, store)
 	o.Metrics = metrics.New("test-node", nil, reg, store, nil)
 	opts, cl, _ := testdriver.Run(t, o)
@@ -155,9 +158,12 @@ func TestSeriesLiveUntilUnpublish(t *testing.T) {
 	if _, err := cl.NodeUnpublishVolume(ctxWithTimeout(t, pollTimeout), &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: req.TargetPath}); err != nil {
 		t.Fatal(err)
 	}
-	if n := series(); n != 0 {
-		t.Fatalf("%d series after unpublish, want 0", n)
+	clk.Step(manager.MetricSeriesRetention - time.Second)
+	if n := series(); n != 2 {
+		t.Fatalf("%d series after unpublish, within the retention; want 2", n)
 	}
+	clk.Step(time.Second)
+	poll(t, "the series to go after the retention", func() bool { return series() == 0 })
 }
 
 // TestPublishOverAnExistingMount: a target already mounted from the volume's data directory
