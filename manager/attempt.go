@@ -24,6 +24,7 @@ const issueTimeout = 60 * time.Second
 // requests, the pending keys and admission; it reports every outcome to the board. The Manager
 // embeds it; the loops share it.
 type issuer struct {
+	log    logr.Logger
 	clock  clock.Clock
 	store  storage.MetadataReader
 	driver driverFuncs
@@ -113,8 +114,8 @@ func (a *attempt) callDriver(f func()) error {
 // and the step goes on with those.
 func (a *attempt) issue(ctx context.Context) error {
 	iss, v := a.iss, a.v
-	log := v.logger()
-	if v.terminating.Load() {
+	log := v.logger(iss.log)
+	if v.is(flagTerminating) {
 		return ErrPodTerminating
 	}
 	iss.board.attemptStarted(v)
@@ -352,28 +353,26 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, read
 	}
 	// A driver that persists no NextIssuanceTime keeps none in its metadata: its renewals are
 	// not first certificates either.
-	firstCertificate := !hasCertificate(meta) && v.lastWrite.Load() == nil
+	firstCertificate := !hasCertificate(meta) && v.lastWritten() == nil
 	meta.NextIssuanceTime = &nit
 
-	v.fence.Lock()
-	if v.fenced {
-		v.fence.Unlock()
+	if !v.writeStarts() {
 		return errStopped
 	}
 	var writeErr error
 	stopErr := a.callDriver(func() { writeErr = iss.driver.writeKeypair(meta, key, req.Status.Certificate, req.Status.CA) })
-	v.fence.Unlock()
-	if stopErr != nil {
-		return stopErr
-	}
-	if writeErr != nil {
+	if stopErr != nil || writeErr != nil {
+		v.writeEnded(nil)
+		if stopErr != nil {
+			return stopErr
+		}
 		return fmt.Errorf("writing key pair: %w", writeErr)
 	}
-	iss.keys.drop(reqKey)
 	now := iss.clock.Now()
-	v.lastWrite.Store(&keypairWrite{at: now, handed: nit, window: window})
+	v.writeEnded(&keypairWrite{at: now, handed: nit, window: window})
+	iss.keys.drop(reqKey)
 	if !nit.After(now) {
-		v.logger().Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
+		v.logger(iss.log).Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
 			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)
 	}
 	iss.board.certificateWritten(v, namespace, name, req.Status.Certificate, firstCertificate)
@@ -430,12 +429,12 @@ func (a *attempt) admit(ctx context.Context) (release func(), err error) {
 		}
 		defer a.deadline.restart()
 	}
-	a.v.logger().V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
+	a.v.logger(a.iss.log).V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
 	release, err = iss.admission.wait(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for issuance admission: %w", err)
 	}
-	a.v.logger().V(4).Info("Admitted to issuance")
+	a.v.logger(a.iss.log).V(4).Info("Admitted to issuance")
 	return release, nil
 }
 

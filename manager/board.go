@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -48,6 +49,7 @@ const GatePendingEventAfter = 10 * time.Second
 // of a volume lives in the volume table, under the table's lock; the board changes it only
 // through the table, so nothing is shown of a volume that is not registered.
 type board struct {
+	log      logr.Logger
 	table    *volumeTable
 	clock    clock.Clock
 	recorder record.EventRecorder // nil: no events
@@ -61,8 +63,9 @@ type board struct {
 	conditions *podConditions
 }
 
-func newBoard(o Options, table *volumeTable, nodeHash string, notAfterOf func(string) time.Time, conditions *podConditions) *board {
+func newBoard(o Options, log logr.Logger, table *volumeTable, nodeHash string, notAfterOf func(string) time.Time, conditions *podConditions) *board {
 	return &board{
+		log:        log,
 		table:      table,
 		clock:      o.Clock,
 		recorder:   o.EventRecorder,
@@ -91,9 +94,9 @@ func stateGauge(m *metrics.Metrics, nodeHash string) func(counts map[string]int)
 }
 
 // forget stops showing a volume the table is removing: its share of its pod's condition and
-// its timers. The table's lock is held.
+// its timers. The table's lock and the volume's are held.
 func (b *board) forget(v *volume, shown *shownVolume) {
-	if ref := v.podRef.Load(); b.conditions != nil && ref != nil {
+	if ref := v.podRefLocked(); b.conditions != nil && ref != nil {
 		b.conditions.removeVolume(ref, v.id)
 	}
 	stopWatch(shown.watch)
@@ -106,14 +109,8 @@ func (b *board) stopWatches(vols []*volume) {
 	}
 }
 
-// noteMetadata learns the volume's Pod from its metadata (once) and whether it has a
-// certificate.
+// noteMetadata learns from the volume's metadata whether it has a certificate.
 func (b *board) noteMetadata(v *volume, meta metadata.Metadata) {
-	if v.podRef.Load() == nil {
-		if ref := podReference(meta); ref != nil {
-			v.podRef.CompareAndSwap(nil, ref)
-		}
-	}
 	b.table.update(v, func(s *shownVolume) {
 		if hasCertificate(meta) {
 			s.status.hasCertificate = true
@@ -123,13 +120,13 @@ func (b *board) noteMetadata(v *volume, meta metadata.Metadata) {
 }
 
 // showConditionLocked tells the pod conditions what the volume contributes now. The table's
-// lock is held.
+// lock and the volume's are held.
 func (b *board) showConditionLocked(v *volume, s *shownVolume) {
-	ref := v.podRef.Load()
+	ref := v.podRefLocked()
 	if b.conditions == nil || ref == nil {
 		return
 	}
-	b.conditions.setVolume(ref, v.id, b.validityLocked(s), v.resumed)
+	b.conditions.setVolume(ref, v.id, b.validityLocked(s), v.flags&flagResumed != 0)
 }
 
 // validityLocked is what the volume contributes to its pod's condition at this instant: a
@@ -173,8 +170,11 @@ func podReference(meta metadata.Metadata) *corev1.ObjectReference {
 // recordEvent records an event on the volume's Pod, if there is a recorder and a Pod. Messages
 // are built from the manager's own texts: never a key, a token or a CSR.
 func (b *board) recordEvent(v *volume, eventType, reason, format string, args ...any) {
-	ref := v.podRef.Load()
-	if b.recorder == nil || ref == nil {
+	if b.recorder == nil {
+		return
+	}
+	ref := v.podRef()
+	if ref == nil {
 		return
 	}
 	b.recorder.Eventf(ref, eventType, reason, format, args...)
@@ -191,7 +191,7 @@ func (b *board) attemptStarted(v *volume) {
 // attempt: kubelet retries the publish). A failure of a volume unmanaged meanwhile is logged and
 // counted but not shown.
 func (b *board) attemptEnded(v *volume, err error, forCaller bool, next time.Duration) {
-	log := v.logger()
+	log := v.logger(b.log)
 	switch {
 	case err == nil:
 		log.V(2).Info("Certificate issued")
@@ -202,7 +202,7 @@ func (b *board) attemptEnded(v *volume, err error, forCaller bool, next time.Dur
 			b.metrics.IncrementIssueErrorCountTotal(b.nodeHash, v.id)
 		}
 		b.gatePending(v, gateReason(err))
-	case errors.Is(err, ErrPodTerminating) && v.terminating.Load():
+	case errors.Is(err, ErrPodTerminating) && v.is(flagTerminating):
 		log.Info("The volume's pod is terminating: no further issuance attempt", "reason", err.Error())
 	default:
 		log.Error(err, "Issuance attempt failed")

@@ -360,10 +360,8 @@ func (m *Manager) isManaged(id string) bool { return m.table.get(id) != nil }
 
 // loopStarted reports whether the registered volume's loop has started.
 func (m *Manager) loopStarted(id string) bool {
-	m.table.mu.Lock()
-	defer m.table.mu.Unlock()
-	v := m.table.byID[id]
-	return v != nil && v.loopStarted
+	v := m.table.get(id)
+	return v != nil && v.is(flagLoopStarted)
 }
 
 // withExtendedMetrics turns on the metric families upstream lacks (gate-pending, admission,

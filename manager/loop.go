@@ -65,19 +65,19 @@ func (l *loop) run(known *metadata.Metadata) {
 		}
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
-			v.logger().Info("Volume metadata is gone; no longer managing the volume")
+			v.logger(iss.log).Info("Volume metadata is gone; no longer managing the volume")
 			l.reg.unregister(v)
 			v.ctx.cancel()
 			return
 		case err != nil:
 			// Logged, not counted as an issuance error; retried on the renewal backoff.
-			v.logger().Error(err, "Cannot read volume metadata")
+			v.logger(iss.log).Error(err, "Cannot read volume metadata")
 			if !l.sleep(l.renewal.Step(), waitAfterError) {
 				return
 			}
 			continue
 		}
-		last := v.lastWrite.Load()
+		last := v.lastWritten()
 		if renewAt, ok := heldTo(meta, last); ok {
 			iss.board.watchCertificate(v, renewAt)
 		}
@@ -92,7 +92,7 @@ func (l *loop) run(known *metadata.Metadata) {
 		if errors.Is(outcome, errStopped) {
 			return
 		}
-		if errors.Is(outcome, ErrPodTerminating) && v.terminating.Load() {
+		if errors.Is(outcome, ErrPodTerminating) && v.is(flagTerminating) {
 			// Nothing more is attempted; the volume waits to be unmanaged.
 			iss.board.attemptEnded(v, outcome, false, 0)
 			<-v.ctx.Done()
@@ -117,7 +117,7 @@ func (l *loop) run(known *metadata.Metadata) {
 		if outcome == nil {
 			continue
 		}
-		v.logger().V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", kind == waitGatePending)
+		v.logger(iss.log).V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", kind == waitGatePending)
 		if !l.sleep(delay, kind) {
 			return
 		}
@@ -164,11 +164,11 @@ func (l *loop) sleep(d time.Duration, kind waitKind) bool {
 		case <-t.C():
 		case <-requeue:
 			t.Stop()
-			v.logger().V(4).Info("Requeued: re-evaluating now")
+			v.logger(l.iss.log).V(4).Info("Requeued: re-evaluating now")
 			return true
 		case <-outageOver:
 			t.Stop()
-			v.logger().V(2).Info("The apiserver is reachable again: attempting now")
+			v.logger(l.iss.log).V(2).Info("The apiserver is reachable again: attempting now")
 			return true
 		case <-v.ctx.Done():
 			t.Stop()
@@ -183,7 +183,7 @@ func (l *loop) sleep(d time.Duration, kind waitKind) bool {
 			return false
 		}
 		if open {
-			v.logger().V(4).Info("Readiness gate opened: re-evaluating now")
+			v.logger(l.iss.log).V(4).Info("Readiness gate opened: re-evaluating now")
 			return true
 		}
 	}

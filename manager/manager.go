@@ -47,6 +47,7 @@ func NewManager(opts Options) (*Manager, error) {
 	log := opts.Log.WithName("manager")
 	m := &Manager{
 		issuer: issuer{
+			log:                  log,
 			clock:                opts.Clock,
 			store:                opts.MetadataReader,
 			driver:               driverFuncsOf(opts),
@@ -75,7 +76,7 @@ func NewManager(opts Options) (*Manager, error) {
 		go conditions.run()
 	}
 	m.table = newVolumeTable(stateGauge(opts.Metrics, nodeHash))
-	m.board = newBoard(opts, m.table, nodeHash, m.requests.newestNotAfter, conditions)
+	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.newestNotAfter, conditions)
 	if err := m.requests.start(m.life.ctx); err != nil {
 		m.Stop()
 		return nil, err
@@ -154,8 +155,7 @@ func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister 
 // comes from stored state at start-up. It returns nil if the volume is already managed or the
 // manager is stopped.
 func (m *Manager) register(id string, resumed bool) *volume {
-	v := newVolume(id, m.opts.Clock.Now(), m.log)
-	v.resumed = resumed
+	v := newVolume(id, m.opts.Clock.Now(), resumed)
 	if !m.table.add(v) {
 		return nil
 	}
@@ -167,11 +167,17 @@ func (m *Manager) register(id string, resumed bool) *volume {
 // RequeuePod and the log) and, on the board, its pod (for events) and whether it has a
 // certificate (for its state).
 func (m *Manager) noteMetadata(v *volume, meta metadata.Metadata) {
-	if m.table.setPod(v, types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])) {
-		pod := meta.VolumeContext[metadata.PodNameVolumeContextKey]
-		v.podName.Store(&pod)
-	}
+	m.table.setPod(v, podOf(meta))
 	m.board.noteMetadata(v, meta)
+}
+
+// podOf is the pod a volume's metadata names; nil when it names no pod UID.
+func podOf(meta metadata.Metadata) *volumePod {
+	uid := types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])
+	if uid == "" {
+		return nil
+	}
+	return &volumePod{uid: uid, name: meta.VolumeContext[metadata.PodNameVolumeContextKey], ref: podReference(meta)}
 }
 
 // startLoop starts the volume's renewal loop once. If known is non-nil it is the volume's
@@ -286,9 +292,7 @@ func (m *Manager) UnmanageVolume(volumeID string) {
 		return
 	}
 	v.ctx.cancel()
-	v.fence.Lock()
-	v.fenced = true
-	v.fence.Unlock()
+	v.fence()
 }
 
 // unregister removes v from the managed set and from the board (its state count, its pod's

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -567,7 +566,7 @@ func TestAttemptDeadlineOnEitherClock(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			fc := testclock.NewFakeClock(start)
-			v := newVolume("v", start, logr.Discard())
+			v := newVolume("v", start, false)
 			ctx, deadline, _, cancel := attemptContext(wrap(fc), v)
 			defer cancel()
 			fc.Step(issueTimeout - time.Millisecond)

@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -16,8 +15,8 @@ import (
 // state change together, so registering and unregistering are single steps and nothing shown
 // outlives, or precedes, a registration.
 //
-// The table's lock guards the table and, of each registered volume, podUID, loopStarted and
-// shown.
+// The table's lock guards the table; a volume's own lock guards the volume, and the table takes
+// it after its own.
 type volumeTable struct {
 	mu      sync.Mutex
 	stopped bool
@@ -51,13 +50,15 @@ func (t *volumeTable) add(v *volume) bool {
 		return false
 	}
 	t.byID[v.id] = v
+	v.mu.Lock()
 	t.counts[v.shown.status.state()]++
+	v.mu.Unlock()
 	t.showCounts(t.counts)
 	return true
 }
 
 // remove unregisters v, takes it off the counts and hands its shown state to forget, under the
-// table's lock, so a volume registered again under the same ID is never touched by it. It
+// table's lock and v's, so a volume registered again under the same ID is never touched by it. It
 // reports false, and runs nothing, if v is not, or no longer, registered.
 func (t *volumeTable) remove(v *volume, forget func(v *volume, s *shownVolume)) bool {
 	t.mu.Lock()
@@ -66,6 +67,8 @@ func (t *volumeTable) remove(v *volume, forget func(v *volume, s *shownVolume)) 
 		return false
 	}
 	delete(t.byID, v.id)
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	t.dropPodLocked(v)
 	t.counts[v.shown.status.state()]--
 	t.showCounts(t.counts)
@@ -73,8 +76,8 @@ func (t *volumeTable) remove(v *volume, forget func(v *volume, s *shownVolume)) 
 	return true
 }
 
-// update runs change on a registered volume's shown state under the table's lock, and keeps the
-// counts in step with the state it leaves. It reports false, and runs nothing, if v is not
+// update runs change on a registered volume's shown state under the table's lock and the
+// volume's, and keeps the counts in step with the state it leaves. It reports false, and runs nothing, if v is not
 // registered.
 func (t *volumeTable) update(v *volume, change func(s *shownVolume)) bool {
 	t.mu.Lock()
@@ -82,6 +85,8 @@ func (t *volumeTable) update(v *volume, change func(s *shownVolume)) bool {
 	if t.byID[v.id] != v {
 		return false
 	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	before := v.shown.status.state()
 	change(&v.shown)
 	if after := v.shown.status.state(); after != before {
@@ -106,22 +111,35 @@ func (t *volumeTable) get(id string) *volume {
 	return t.byID[id]
 }
 
-// setPod files a registered volume under its pod's UID. It reports whether the pod changed.
-func (t *volumeTable) setPod(v *volume, uid types.UID) bool {
+// setPod files a registered volume under its pod's UID and records the pod (nil: none named).
+// It reports whether the pod's UID changed.
+func (t *volumeTable) setPod(v *volume, pod *volumePod) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.byID[v.id] != v || v.podUID == uid {
+	if t.byID[v.id] != v {
+		return false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if podUID(v.pod) == podUID(pod) {
 		return false
 	}
 	t.dropPodLocked(v)
-	v.podUID = uid
-	if uid != "" {
+	v.pod = pod
+	if uid := podUID(pod); uid != "" {
 		t.byPod[uid] = append(t.byPod[uid], v.id)
 		if _, ok := t.terminating[uid]; ok {
-			v.podTerminates()
+			v.podTerminatesLocked()
 		}
 	}
 	return true
+}
+
+func podUID(p *volumePod) types.UID {
+	if p == nil {
+		return ""
+	}
+	return p.uid
 }
 
 // terminatingMemory is how long the table remembers a terminating pod: far longer than any
@@ -148,8 +166,10 @@ func (t *volumeTable) podTerminates(uid types.UID, now time.Time) int {
 	return len(t.byPod[uid])
 }
 
+// dropPodLocked takes v out of its pod's list; the table's lock and v's are held.
 func (t *volumeTable) dropPodLocked(v *volume) {
-	ids := t.byPod[v.podUID]
+	uid := podUID(v.pod)
+	ids := t.byPod[uid]
 	for i, id := range ids {
 		if id == v.id {
 			ids = append(ids[:i], ids[i+1:]...)
@@ -157,9 +177,9 @@ func (t *volumeTable) dropPodLocked(v *volume) {
 		}
 	}
 	if len(ids) == 0 {
-		delete(t.byPod, v.podUID)
+		delete(t.byPod, uid)
 	} else {
-		t.byPod[v.podUID] = ids
+		t.byPod[uid] = ids
 	}
 }
 
@@ -175,10 +195,15 @@ func (t *volumeTable) podVolumes(uid types.UID) []string {
 func (t *volumeTable) markLoopStarted(v *volume) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.stopped || t.byID[v.id] != v || v.loopStarted {
+	if t.stopped || t.byID[v.id] != v {
 		return false
 	}
-	v.loopStarted = true
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.flags&flagLoopStarted != 0 {
+		return false
+	}
+	v.flags |= flagLoopStarted
 	return true
 }
 
@@ -202,45 +227,63 @@ func (t *volumeTable) stop() []*volume {
 
 // volume is the manager's state for one registration of a volume: from ManageVolume (or a
 // publish, or the resumption at start-up) to UnmanageVolume, Stop or the loss of its metadata.
+//
+// The volume owns its state and guards all of it with mu; what other owners need of it they ask
+// for through its methods. The volume table takes mu, after its own lock, when it files the
+// volume under its pod, marks its loop started or changes what the board shows of it (the
+// shown state and the table's counts change together); nothing holding mu takes another lock of
+// the manager's, except the pod conditions' from the board while it shows a volume.
 type volume struct {
 	id        string
 	managedAt time.Time
-
-	// ctx ends with the registration; the contexts of its attempts derive from it.
+	// ctx ends with the registration; the contexts of its attempts derive from it. It is a
+	// context and keeps its own lock, as every context does.
 	ctx volumeContext
-
 	// requeue holds at most one pending Requeue.
 	requeue chan struct{}
+
+	mu    sync.Mutex
+	flags volumeFlags
+	// pod is the volume's pod as its metadata names it; nil until a metadata naming a pod UID
+	// was read.
+	pod *volumePod
 	// lastWrite is the last key pair written for this registration; nil before the first.
-	lastWrite atomic.Pointer[keypairWrite]
-	// log is the manager's logger; logger adds the volume's ID and its pod's name, known once
-	// the metadata was read. Nothing more is kept per volume: a logger with values can cost
-	// hundreds of bytes.
-	log     logr.Logger
-	podName atomic.Pointer[string]
-	// podRef names the volume's Pod for Events and the pod condition, once its metadata named
-	// it fully (name, namespace and UID); it never changes after that.
-	podRef atomic.Pointer[corev1.ObjectReference]
+	lastWrite *keypairWrite
+	// inFlight is the attempt running for the volume; nil between attempts.
+	inFlight *attemptInFlight
+	// shown is what the board shows of the volume.
+	shown shownVolume
+}
 
-	// fence is held while WriteKeypair runs; fenced is set under it by UnmanageVolume, after
-	// which nothing writes for this registration any more.
-	fence  sync.Mutex
-	fenced bool
+// volumeFlags are the facts of a volume's registration that only ever become true.
+type volumeFlags uint8
 
-	// attemptMu guards endAttempt: the cancel of the attempt in flight, nil between attempts.
-	attemptMu  sync.Mutex
-	endAttempt context.CancelCauseFunc
-	// terminating: the volume's pod is terminating; no attempt is made any more.
-	terminating atomic.Bool
-
+const (
 	// resumed: registered at start-up from stored state (a volume mounted before this
 	// process), not by a publish or a ManageVolume call.
-	resumed bool
+	flagResumed volumeFlags = 1 << iota
+	// loopStarted: the volume's renewal loop has started.
+	flagLoopStarted
+	// terminating: the volume's pod is terminating; no attempt is made any more.
+	flagTerminating
+	// fenced: UnmanageVolume has run; nothing writes for this registration any more.
+	flagFenced
+)
 
-	// Guarded by the volume table's lock while the volume is registered.
-	podUID      types.UID
-	loopStarted bool
-	shown       shownVolume
+// volumePod is the volume's pod as its metadata names it: its UID (for RequeuePod and
+// PodTerminating), its name (for the log) and, when name, namespace and UID are all known, the
+// reference that Events and the pod condition name.
+type volumePod struct {
+	uid  types.UID
+	name string
+	ref  *corev1.ObjectReference
+}
+
+// attemptInFlight is an attempt of the volume that is running: how to end it, and, while its
+// WriteKeypair runs, a channel closed when that returns.
+type attemptInFlight struct {
+	end     context.CancelCauseFunc
+	writing chan struct{}
 }
 
 // shownVolume is what the board shows of a volume: its state, and what it watches of the
@@ -300,42 +343,125 @@ type certificateWatch struct {
 	gateEventSent    bool
 }
 
-func newVolume(id string, now time.Time, log logr.Logger) *volume {
-	v := &volume{id: id, managedAt: now, requeue: make(chan struct{}, 1), log: log}
+func newVolume(id string, now time.Time, resumed bool) *volume {
+	v := &volume{id: id, managedAt: now, requeue: make(chan struct{}, 1)}
+	if resumed {
+		v.flags = flagResumed
+	}
 	v.ctx.done = make(chan struct{})
 	return v
 }
 
-// attemptStarted records the cancel of the attempt starting; attemptDone clears it.
-func (v *volume) attemptStarted(cancel context.CancelCauseFunc) {
-	v.attemptMu.Lock()
-	v.endAttempt = cancel
-	v.attemptMu.Unlock()
+// is reports whether every flag of f is set.
+func (v *volume) is(f volumeFlags) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.flags&f == f
+}
+
+// attemptStarted records the attempt starting, with the cancel that ends it; attemptDone
+// clears it.
+func (v *volume) attemptStarted(end context.CancelCauseFunc) {
+	v.mu.Lock()
+	v.inFlight = &attemptInFlight{end: end}
+	v.mu.Unlock()
 }
 
 func (v *volume) attemptDone() {
-	v.attemptMu.Lock()
-	v.endAttempt = nil
-	v.attemptMu.Unlock()
+	v.mu.Lock()
+	v.inFlight = nil
+	v.mu.Unlock()
 }
 
 // podTerminates marks the volume's pod terminating and ends the attempt in flight, if any, with
 // ErrPodTerminating.
 func (v *volume) podTerminates() {
-	v.terminating.Store(true)
-	v.attemptMu.Lock()
-	defer v.attemptMu.Unlock()
-	if v.endAttempt != nil {
-		v.endAttempt(ErrPodTerminating)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.podTerminatesLocked()
+}
+
+func (v *volume) podTerminatesLocked() {
+	v.flags |= flagTerminating
+	if v.inFlight != nil {
+		v.inFlight.end(ErrPodTerminating)
 	}
 }
 
-// logger is the manager's logger with the volume's ID and, once known, its pod's name.
-func (v *volume) logger() logr.Logger {
-	if pod := v.podName.Load(); pod != nil {
-		return v.log.WithValues("volume_id", v.id, "pod", *pod)
+// writeStarts reports whether the attempt in flight may call WriteKeypair: false once the
+// volume is fenced. Until writeEnded, fence waits for the write.
+func (v *volume) writeStarts() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.flags&flagFenced != 0 {
+		return false
 	}
-	return v.log.WithValues("volume_id", v.id)
+	if v.inFlight == nil {
+		v.inFlight = &attemptInFlight{}
+	}
+	v.inFlight.writing = make(chan struct{})
+	return true
+}
+
+// writeEnded records the end of a WriteKeypair that writeStarts allowed, and, if it wrote, the
+// key pair written.
+func (v *volume) writeEnded(written *keypairWrite) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if written != nil {
+		v.lastWrite = written
+	}
+	if v.inFlight != nil && v.inFlight.writing != nil {
+		close(v.inFlight.writing)
+		v.inFlight.writing = nil
+	}
+}
+
+// fence makes sure nothing writes for this registration any more: it waits for a WriteKeypair
+// already running, and no other starts.
+func (v *volume) fence() {
+	v.mu.Lock()
+	v.flags |= flagFenced
+	var writing chan struct{}
+	if v.inFlight != nil {
+		writing = v.inFlight.writing
+	}
+	v.mu.Unlock()
+	if writing != nil {
+		<-writing
+	}
+}
+
+// lastWritten is the last key pair written for this registration; nil before the first.
+func (v *volume) lastWritten() *keypairWrite {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.lastWrite
+}
+
+// podRef is the reference to the volume's pod, for Events; nil while not fully known.
+func (v *volume) podRef() *corev1.ObjectReference {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.podRefLocked()
+}
+
+func (v *volume) podRefLocked() *corev1.ObjectReference {
+	if v.pod == nil {
+		return nil
+	}
+	return v.pod.ref
+}
+
+// logger is log with the volume's ID and, once known, its pod's name.
+func (v *volume) logger(log logr.Logger) logr.Logger {
+	v.mu.Lock()
+	pod := v.pod
+	v.mu.Unlock()
+	if pod != nil {
+		return log.WithValues("volume_id", v.id, "pod", pod.name)
+	}
+	return log.WithValues("volume_id", v.id)
 }
 
 // volumeContext is a context that ends when cancel is called, and for no other reason: no

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
 )
 
 // TestVolumeContext: a volume's context ends only with cancel; contexts derived from it end with
 // it, and leave nothing registered on it once they are done.
 func TestVolumeContext(t *testing.T) {
-	v := newVolume("v", start, logr.Discard())
+	v := newVolume("v", start, false)
 	if v.ctx.Err() != nil {
 		t.Fatal("a new volume's context has ended")
 	}
