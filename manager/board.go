@@ -7,7 +7,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
@@ -96,8 +95,10 @@ func stateGauge(m *metrics.Metrics, nodeHash string) func(counts map[string]int)
 // forget stops showing a volume the table is removing: its share of its pod's condition and
 // its timers. The table's lock and the volume's are held.
 func (b *board) forget(v *volume, shown *shownVolume) {
-	if ref := v.podRefLocked(); b.conditions != nil && ref != nil {
-		b.conditions.removeVolume(ref, v.id)
+	if b.conditions != nil {
+		if ref := v.podRefLocked(); ref != nil {
+			b.conditions.removeVolume(ref, v.id)
+		}
 	}
 	stopWatch(shown.watch)
 }
@@ -122,8 +123,11 @@ func (b *board) noteMetadata(v *volume, meta metadata.Metadata) {
 // showConditionLocked tells the pod conditions what the volume contributes now. The table's
 // lock and the volume's are held.
 func (b *board) showConditionLocked(v *volume, s *shownVolume) {
+	if b.conditions == nil {
+		return
+	}
 	ref := v.podRefLocked()
-	if b.conditions == nil || ref == nil {
+	if ref == nil {
 		return
 	}
 	b.conditions.setVolume(ref, v.id, b.validityLocked(s), v.flags&flagResumed != 0)
@@ -153,18 +157,6 @@ func (b *board) validityLocked(shown *shownVolume) volumeValidity {
 	default:
 		return PodConditionReasonNotIssued
 	}
-}
-
-// podReference names the volume's Pod from its volume context; nil when name, namespace or UID
-// is missing (no event is recorded then).
-func podReference(meta metadata.Metadata) *corev1.ObjectReference {
-	name := meta.VolumeContext[metadata.PodNameVolumeContextKey]
-	ns := meta.VolumeContext[metadata.PodNamespaceVolumeContextKey]
-	uid := meta.VolumeContext[metadata.PodUIDVolumeContextKey]
-	if name == "" || ns == "" || uid == "" {
-		return nil
-	}
-	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Name: name, Namespace: ns, UID: types.UID(uid)}
 }
 
 // recordEvent records an event on the volume's Pod, if there is a recorder and a Pod. Messages

@@ -177,7 +177,11 @@ func podOf(meta metadata.Metadata) *volumePod {
 	if uid == "" {
 		return nil
 	}
-	return &volumePod{uid: uid, name: meta.VolumeContext[metadata.PodNameVolumeContextKey], ref: podReference(meta)}
+	return &volumePod{
+		uid:       uid,
+		namespace: meta.VolumeContext[metadata.PodNamespaceVolumeContextKey],
+		name:      meta.VolumeContext[metadata.PodNameVolumeContextKey],
+	}
 }
 
 // startLoop starts the volume's renewal loop once. If known is non-nil it is the volume's

@@ -159,7 +159,11 @@ func TestSettlingReadsBeforeItCreatesAgain(t *testing.T) {
 	cut()
 	e.poll("the watch to be suspect", m.requests.isWatchSuspect)
 	done := e.manageInBackground("v1")
-	if _, err := testkit.Issue(context.Background(), e.client, e.ca, e.waitForPending(), e.clock.Now()); err != nil {
+	pending := e.waitForPending()
+	// Signed once the publish waits on what its settling read (the request, not yet signed): the
+	// signature reaches it only by a direct read, the watch being down.
+	e.poll("the publish to wait on the request", func() bool { return m.requests.waiting() == 1 })
+	if _, err := testkit.Issue(context.Background(), e.client, e.ca, pending, e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	e.stepDirectRead()

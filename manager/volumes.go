@@ -271,12 +271,19 @@ const (
 )
 
 // volumePod is the volume's pod as its metadata names it: its UID (for RequeuePod and
-// PodTerminating), its name (for the log) and, when name, namespace and UID are all known, the
-// reference that Events and the pod condition name.
+// PodTerminating), its name (for the log) and namespace. The strings are the metadata's own.
 type volumePod struct {
-	uid  types.UID
-	name string
-	ref  *corev1.ObjectReference
+	uid             types.UID
+	namespace, name string
+}
+
+// ref is the reference that Events and the pod condition name; nil unless name, namespace and
+// UID are all known. It is made on each call: only a volume that is shown needs one.
+func (p *volumePod) ref() *corev1.ObjectReference {
+	if p == nil || p.name == "" || p.namespace == "" {
+		return nil
+	}
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Name: p.name, Namespace: p.namespace, UID: p.uid}
 }
 
 // attemptInFlight is an attempt of the volume that is running: how to end it, and, while its
@@ -447,10 +454,7 @@ func (v *volume) podRef() *corev1.ObjectReference {
 }
 
 func (v *volume) podRefLocked() *corev1.ObjectReference {
-	if v.pod == nil {
-		return nil
-	}
-	return v.pod.ref
+	return v.pod.ref()
 }
 
 // logger is log with the volume's ID and, once known, its pod's name.
