@@ -5,15 +5,17 @@
 // # Who owns what
 //
 // Each piece of state has one owner, with its own lock. The Manager wires the owners together and
-// serves the public API; nothing below it holds a *Manager.
+// serves the public API; nothing below it holds a *Manager. The table's lock is taken before a
+// volume's, never after.
 //
 //	Manager ─ the public API; wires the owners; its lifetime is the context Stop ends and the
 //	  │       goroutines Stop waits for
-//	  ├─ volumeTable   the managed volumes, by ID and by pod, and what the board shows of each,
-//	  │    │           with the count of volumes in each state: one lock, so a registration
-//	  │    │           and what is shown of it come and go in one step
-//	  │    └─ volume   one registration: its context, its pending Requeue, its last write, the
-//	  │                fence that UnmanageVolume closes after a running WriteKeypair
+//	  ├─ volumeTable   the managed volumes, by ID and by pod, with the count of volumes in each
+//	  │    │           state, so a registration and what is shown of it come and go in one step
+//	  │    └─ volume   one registration, under its own lock: its context, its pending Requeue,
+//	  │                its pod, its last write, the attempt in flight and the fence that
+//	  │                UnmanageVolume closes after a running WriteKeypair, what the board shows
+//	  ├─ series        the metric series of departed volumes, deleted after a retention
 //	  ├─ loop          one per volume, on its own goroutine: wait until due → attempt → wait by
 //	  │                the outcome's class; its backoffs live on that goroutine's stack
 //	  └─ issuer        what an attempt uses, shared by the loops and the publishes:
@@ -61,7 +63,9 @@
 // kubelet retries the publish, which resumes the request still pending if its key is held. A
 // create whose outcome is unknown (the connection broke after it was sent) keeps its key and the
 // request as sent; it is settled, never replaced: found in the cache or by a read, and adopted
-// if it is the one sent, else created again under the same name. A pod that terminates
+// if it is the one sent, else created again under the same name. A create that succeeded is
+// held the same way until the informer's cache shows the request, so a retry after a deadline
+// that a lagging cache caused reads the request instead of creating another. A pod that terminates
 // (PodTerminating, the pod condition's reads, or the request deleted by the garbage collector)
 // ends the publish at once. A wait whose informer watch is suspect (its stream ended unasked, a
 // new one could not be opened, or a call found the apiserver unreachable) reads its request from
