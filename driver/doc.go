@@ -1,3 +1,19 @@
+/*
+Copyright 2026 The csi-lib fork authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
 // Package driver is the CSI node plugin: a gRPC server with the identity, controller and node
 // services, whose node service publishes inline ephemeral volumes through a storage.Interface
 // and a manager.Manager.
@@ -12,7 +28,10 @@
 // volume had succeeded: a failed re-publish never tears down a live pod's volume.
 //
 // Errors become gRPC status codes here and nowhere else: InvalidArgument for bad requests,
-// Aborted for a busy volume, Unknown with upstream's message for a volume not ready to request,
-// DeadlineExceeded when issuance outlasts the call, Unavailable when issuance fails, Internal
-// for local failures.
+// Aborted for a busy volume and for a pod that is terminating (kubelet then unpublishes),
+// Unknown with upstream's message for a volume not ready to request, DeadlineExceeded when the
+// first certificate does not arrive before the call's deadline (the request stays pending and
+// kubelet's retry resumes it), Unknown with the manager's error when issuance fails for certain
+// (denied, failed, refused by the apiserver), as upstream answers, and Internal for local
+// failures (storage, mounts).
 package driver
