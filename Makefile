@@ -7,7 +7,7 @@ export GOTOOLCHAIN = local
 ENVTEST_ASSETS = $(CURDIR)/bin/envtest/$(ENVTEST_K8S_VERSION)
 CM_CONTROLLERS = $(CURDIR)/bin/cm-controllers/$(shell $(GO) list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)/cm-controllers
 
-.PHONY: test vet fmt-check unit stress envtest cm-controllers integration bench demo demo-short node e2e e2e-or-skip crossings
+.PHONY: test vet fmt-check unit stress envtest cm-controllers integration bench demo demo-short node e2e e2e-or-skip
 
 ## test: everything the project checks (what CI runs).
 test: vet fmt-check unit stress integration e2e-or-skip demo-short
@@ -69,13 +69,6 @@ bench: envtest
 	$(GO) run ./hack/bench $(ARGS)
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./hack/fleet $(FLEET_ARGS)
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./hack/faultbench $(FAULT_ARGS)
-
-## crossings: the library's files whose code runs on a first publish before WriteKeypair, by
-## coverage counters cleared just before the publish (hack/crossings).
-CROSSINGS_PKGS = ./metadata ./storage ./manager ./driver ./metrics ./internal/api/... ./internal/certs ./internal/keylock ./internal/watchend ./hack/crossings
-crossings:
-	@$(GO) build -cover -covermode=atomic -coverpkg=$$($(GO) list $(CROSSINGS_PKGS) | paste -sd, -) -o bin/crossings ./hack/crossings
-	@d=$$(mktemp -d) && GOCOVERDIR=$$d bin/crossings $(ARGS); rc=$$?; rm -rf $$d; exit $$rc
 
 ## demo: the library doing its whole job locally: on a real node where the machine can run one
 ## (as root), else with a kubelet stand-in (STAND_IN=1 forces it); ARGS=--help lists the options.
