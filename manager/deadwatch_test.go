@@ -28,7 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // cuttableInformerWatch serves the informer's first watch from the fake apiserver and lets the

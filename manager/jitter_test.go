@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 func signedChain(t *testing.T, ca *testkit.CA, notBefore time.Time, life time.Duration) []byte {

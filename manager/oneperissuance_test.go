@@ -35,7 +35,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cert-manager/csi-lib/internal/certs"
-	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // connectionReset is what a client sees when the connection breaks during a request.

@@ -26,8 +26,8 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cert-manager/csi-lib/internal/testkit"
-	"github.com/cert-manager/csi-lib/internal/testkit/controlplane"
+	"github.com/cert-manager/csi-lib/test/testkit"
+	"github.com/cert-manager/csi-lib/test/testkit/controlplane"
 )
 
 // outageNamespace is story 4's namespace: it has no cert-manager Issuer, so only the demo's

@@ -15,7 +15,7 @@ limitations under the License.
 */
 
 // Command faultbench runs the library against a real kube-apiserver (envtest) with faults
-// injected between the manager's client and the apiserver (internal/testkit/faults), a signer on
+// injected between the manager's client and the apiserver (test/testkit/faults), a signer on
 // its own unfaulted client, and prints, per fault: requests per issuance, the most requests of
 // one volume alive at once, the requests left over at the end, signed -> written p50 and p99,
 // and the recovery after an outage. make bench runs it; KUBEBUILDER_ASSETS names the binaries.
@@ -30,8 +30,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cert-manager/csi-lib/internal/testkit/controlplane"
-	"github.com/cert-manager/csi-lib/internal/testkit/faults"
+	"github.com/cert-manager/csi-lib/test/testkit/controlplane"
+	"github.com/cert-manager/csi-lib/test/testkit/faults"
 )
 
 func main() {

@@ -34,8 +34,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/cert-manager/csi-lib/internal/testkit"
-	"github.com/cert-manager/csi-lib/internal/testkit/controlplane"
+	"github.com/cert-manager/csi-lib/test/testkit"
+	"github.com/cert-manager/csi-lib/test/testkit/controlplane"
 )
 
 const (

@@ -42,7 +42,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/cert-manager/csi-lib/internal/testkit/controlplane"
+	"github.com/cert-manager/csi-lib/test/testkit/controlplane"
 )
 
 func main() {

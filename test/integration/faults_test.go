@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cert-manager/csi-lib/internal/testkit/faults"
+	"github.com/cert-manager/csi-lib/test/testkit/faults"
 )
 
 // TestOneRequestPerIssuanceUnderFaults runs volumes through issuances and renewals while the

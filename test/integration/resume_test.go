@@ -33,7 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 	testclock "k8s.io/utils/clock/testing"
 
-	"github.com/cert-manager/csi-lib/internal/testkit"
+	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/storage"
 )

@@ -44,7 +44,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/cert-manager/csi-lib/internal/testkit/controlplane"
+	"github.com/cert-manager/csi-lib/test/testkit/controlplane"
 )
 
 var (

@@ -59,8 +59,8 @@ import (
 
 	"github.com/cert-manager/csi-lib/driver"
 	"github.com/cert-manager/csi-lib/internal/certs"
-	"github.com/cert-manager/csi-lib/internal/testkit"
-	"github.com/cert-manager/csi-lib/internal/testkit/podgate"
+	"github.com/cert-manager/csi-lib/test/testkit"
+	"github.com/cert-manager/csi-lib/test/testkit/podgate"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"

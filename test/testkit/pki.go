@@ -16,9 +16,10 @@ limitations under the License.
 
 // Package testkit holds what the library's tests, benchmarks and demo share: a tiny certificate
 // authority that signs PEM CSRs with real X.509, and helpers that play the signer's part on
-// CertificateRequests through a clientset (fake or real). It is not meant for production use.
-// test/driver imports it, so it must stay light: nothing here may import envtest or
-// controller-runtime (see internal/testkit/controlplane).
+// CertificateRequests through a clientset (fake or real). It serves this module's own tests,
+// benchmarks and examples and makes no compatibility promise: drivers' tests use test/driver and
+// test/util. test/driver imports it, so it must stay light: nothing here may import envtest or
+// controller-runtime (see test/testkit/controlplane).
 package testkit
 
 import (

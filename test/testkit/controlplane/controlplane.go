@@ -18,7 +18,7 @@ limitations under the License.
 // CertificateRequest, Issuer and ClusterIssuer CRDs installed, for the integration tests, the
 // demo and the fleet benchmark.
 // It is a package of its own so that what drivers import in their tests (test/driver,
-// test/util, through internal/testkit) never compiles envtest or controller-runtime.
+// test/util, through test/testkit) never compiles envtest or controller-runtime.
 package controlplane
 
 import (
