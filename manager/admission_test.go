@@ -33,8 +33,8 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // inFlightProbe is an instrumented signer's view of the manager: it counts the attempts between

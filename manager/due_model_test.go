@@ -39,8 +39,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cert-manager/csi-lib/internal/certs"
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // This file holds the reference model of the renewal loop's timing and the randomized test that

@@ -26,8 +26,8 @@ import (
 	"github.com/go-logr/logr/testr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/storage"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // plainReader hides the MemoryFS's PendingKeyStore: a third-party store.

@@ -66,10 +66,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cert-manager/csi-lib/internal/api"
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 func main() {

@@ -60,11 +60,11 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
-	"github.com/cert-manager/csi-lib/test/testkit"
-	"github.com/cert-manager/csi-lib/test/testkit/controlplane"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
+	"github.com/cert-manager/csi-lib/test/testkit"
+	"github.com/cert-manager/csi-lib/test/testkit/controlplane"
 )
 
 type options struct {

@@ -34,9 +34,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cert-manager/csi-lib/internal/api"
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/storage"
 	testdriver "github.com/cert-manager/csi-lib/test/driver"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // throttledClient is a fake clientset whose CertificateRequest creates, reads and deletes wait

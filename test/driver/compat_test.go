@@ -27,11 +27,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 	testdriver "github.com/cert-manager/csi-lib/test/driver"
+	"github.com/cert-manager/csi-lib/test/testkit"
 	testutil "github.com/cert-manager/csi-lib/test/util"
 )
 

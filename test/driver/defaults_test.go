@@ -39,12 +39,12 @@ import (
 	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
 
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
 	testdriver "github.com/cert-manager/csi-lib/test/driver"
+	"github.com/cert-manager/csi-lib/test/testkit"
 	testutil "github.com/cert-manager/csi-lib/test/util"
 )
 

@@ -44,11 +44,11 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/driver"
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // Options configures Run. Every field has a default, upstream csi-lib's; Run returns the

@@ -44,11 +44,11 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cert-manager/csi-lib/internal/api/util"
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
 	testdriver "github.com/cert-manager/csi-lib/test/driver"
+	"github.com/cert-manager/csi-lib/test/testkit"
 	testutil "github.com/cert-manager/csi-lib/test/util"
 )
 

@@ -28,11 +28,11 @@ import (
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
 
 	"github.com/cert-manager/csi-lib/internal/certs"
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
 	testdriver "github.com/cert-manager/csi-lib/test/driver"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // TestDriversRenewalPointIsTheRenewalPoint: a driver whose WriteKeypair persists

@@ -35,9 +35,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/test/testkit/controlplane"
-	"github.com/cert-manager/csi-lib/manager"
 )
 
 // The tests in this file sign with cert-manager's own controllers (hack/cm-controllers): its

@@ -31,8 +31,8 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/manager"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // podEvents lists the events whose involved object is the pod, as kubectl describe does.

@@ -41,10 +41,10 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/cert-manager/csi-lib/driver"
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 const pollTimeout = 30 * time.Second

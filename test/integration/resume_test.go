@@ -33,9 +33,9 @@ import (
 	"google.golang.org/grpc/status"
 	testclock "k8s.io/utils/clock/testing"
 
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/storage"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // TestPublishRetryResumesPendingRequest: a signer slower than kubelet's publish deadline. Each

@@ -59,12 +59,12 @@ import (
 
 	"github.com/cert-manager/csi-lib/driver"
 	"github.com/cert-manager/csi-lib/internal/certs"
-	"github.com/cert-manager/csi-lib/test/testkit"
-	"github.com/cert-manager/csi-lib/test/testkit/podgate"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
+	"github.com/cert-manager/csi-lib/test/testkit"
+	"github.com/cert-manager/csi-lib/test/testkit/podgate"
 )
 
 // IssuerName is the issuer a request names unless its volume names another; the e2e program

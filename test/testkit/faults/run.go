@@ -41,10 +41,10 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/certs"
-	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // Scenario is one run of the library against a real apiserver with faults injected between the
