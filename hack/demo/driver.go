@@ -46,6 +46,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/cert-manager/csi-lib/driver"
+	"github.com/cert-manager/csi-lib/examples/csi-driver/podgate"
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/manager"
@@ -53,7 +54,6 @@ import (
 	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
 	"github.com/cert-manager/csi-lib/test/testkit"
-	"github.com/cert-manager/csi-lib/test/testkit/podgate"
 )
 
 // exampleDriver is a node driver built from the library's public API only (driver.New,

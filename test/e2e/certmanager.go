@@ -42,7 +42,7 @@ import (
 // that cert-manager can tell runs on cert-manager.
 
 const (
-	// issuerName is the e2e driver's default issuer (its IssuerName), a CA Issuer.
+	// issuerName is the example driver (examples/csi-driver)'s default issuer (its IssuerName), a CA Issuer.
 	issuerName = "e2e-ca"
 	// caSecretName is the CA Issuer's secret in the stories' namespace, and the CA
 	// ClusterIssuer's in clusterResourceNamespace.
@@ -51,7 +51,7 @@ const (
 	clusterIssuerName = "e2e-cluster-ca"
 	// clusterResourceNamespace is where cert-manager reads ClusterIssuers' secrets.
 	clusterResourceNamespace = "cert-manager"
-	// issuerKindAttribute and issuerNameAttribute are the e2e driver's volume attributes naming
+	// issuerKindAttribute and issuerNameAttribute are the example driver (examples/csi-driver)'s volume attributes naming
 	// a pod's issuer.
 	issuerKindAttribute = "csi.e2e.csi-lib.example/issuer-kind"
 	issuerNameAttribute = "csi.e2e.csi-lib.example/issuer-name"

@@ -144,7 +144,7 @@ func (f driverFlags) podConditionType() string {
 // startDriver starts the driver process and waits until kubelet lists it in the CSINode.
 func (c *cluster) startDriver(ctx context.Context, f driverFlags) error {
 	start := time.Now()
-	if err := c.n.startProcess("driver", filepath.Join(c.binDir, "driver"),
+	if err := c.n.startProcess("driver", filepath.Join(c.binDir, "csi-driver"),
 		"--kubeconfig", c.kubeconfig,
 		"--node-id", nodeName,
 		"--data-root", filepath.Join(c.n.dir, "driver"),

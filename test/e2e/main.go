@@ -16,7 +16,7 @@ limitations under the License.
 
 // Command e2e runs the library's stories on a real node: kubelet, containerd, runc and Debian's
 // CNI plugins on this machine, against an envtest kube-apiserver, with a CSI driver built from
-// the library's public API (test/e2e/driver) that kubelet discovers through its plugin
+// the library's public API (examples/csi-driver) that kubelet discovers through its plugin
 // registration socket. With -demo it tells the demo's four stories instead (make demo on a
 // machine that can run a node). It needs root; it says why and exits 2 where the machine cannot
 // run a node. Every process it starts is stopped by its recorded PID, and everything it creates
@@ -206,7 +206,7 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 func buildBinaries(ctx context.Context, dir string) error {
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", dir+"/",
-		"./test/e2e/pause", "./test/e2e/checker", "./test/e2e/driver")
+		"./test/e2e/pause", "./test/e2e/checker", "./examples/csi-driver")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the e2e binaries: %v: %s", err, out)

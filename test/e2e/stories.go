@@ -184,7 +184,7 @@ func (c *cluster) createPod(ctx context.Context, name string, lifetime, renewBef
 	return err
 }
 
-// renewBeforeAttribute is the e2e driver's renew-before volume attribute.
+// renewBeforeAttribute is the example driver (examples/csi-driver)'s renew-before volume attribute.
 const renewBeforeAttribute = "csi.e2e.csi-lib.example/renew-before"
 
 // storiesWithLivePods tells stories 1, 3, 5, 6 and 7 on two pods: one with a long-lived

@@ -14,15 +14,18 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command driver is the e2e node's CSI driver: a node driver built from the library's public API
-// only, as a driver author writes one, plus the registration socket through which kubelet
-// discovers it (kubelet's plugin registration API, what node-driver-registrar serves in a
-// cluster). Its signer is the e2e program, signing through the API.
+// Command csi-driver is the example CSI node driver: a driver built from the library's public API
+// only, as a driver author writes one, with the flags of cert-manager csi-driver where it has
+// them (--driver-name, --node-id, --data-root, --metrics-address), plus the registration socket
+// through which kubelet discovers it (kubelet's plugin registration API, what
+// node-driver-registrar serves in a cluster). make demo and the real node's stories (make e2e)
+// run it; examples/deploy holds what an operator applies to run it in a cluster.
+//
+//	go run ./examples/csi-driver --help
 package main
 
 import (
 	"context"
-	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
@@ -58,13 +61,11 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/cert-manager/csi-lib/driver"
-	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/examples/csi-driver/podgate"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
-	"github.com/cert-manager/csi-lib/test/testkit"
-	"github.com/cert-manager/csi-lib/test/testkit/podgate"
 )
 
 // IssuerName is the issuer a request names unless its volume names another; the e2e program
@@ -187,7 +188,7 @@ func run(log logr.Logger, j *journal, b managerFlags, metricsAddr, name, nodeID,
 		MetadataReader:     fs,
 		Log:                &mlog,
 		NodeID:             nodeID,
-		GeneratePrivateKey: testkit.GenerateKey,
+		GeneratePrivateKey: generateKey,
 		GenerateRequest: func(meta metadata.Metadata) (*manager.CertificateRequestBundle, error) {
 			d, err := time.ParseDuration(meta.VolumeContext["csi.e2e.csi-lib.example/duration"])
 			if err != nil {
@@ -201,10 +202,10 @@ func run(log logr.Logger, j *journal, b managerFlags, metricsAddr, name, nodeID,
 				Usages:    []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageServerAuth},
 			}, nil
 		},
-		SignRequest: testkit.SignCSR,
-		WriteKeypair: withRenewBefore(testkit.KeypairWriter(fs, func(meta metadata.Metadata, _ crypto.PrivateKey, _ []byte) {
+		SignRequest: signCSR,
+		WriteKeypair: keypairWriter(fs, func(meta metadata.Metadata) {
 			j.record("written", meta)
-		})),
+		}),
 		ReadyToRequest: gate,
 		EventRecorder:  recorder,
 		Metrics:        met,
@@ -326,24 +327,9 @@ func issuerRef(meta metadata.Metadata) cmmeta.IssuerReference {
 }
 
 // RenewBeforeAttribute is the volume attribute with which a pod asks for its renewal this long
-// before its certificate's NotAfter, as cert-manager csi-driver's csi.cert-manager.io/renew-before.
+// before its certificate's NotAfter, as cert-manager csi-driver's csi.cert-manager.io/renew-before:
+// the driver persists its own renewal point (see keypairWriter).
 const RenewBeforeAttribute = "csi.e2e.csi-lib.example/renew-before"
-
-// withRenewBefore makes write persist the driver's own renewal point, NotAfter less the volume's
-// renew-before, as drivers do; without the attribute the library's default stays.
-func withRenewBefore(write manager.WriteKeypairFunc) manager.WriteKeypairFunc {
-	return func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
-		if rb, err := time.ParseDuration(meta.VolumeContext[RenewBeforeAttribute]); err == nil && rb > 0 {
-			leaf, err := certs.ParseLeaf(chain)
-			if err != nil {
-				return err
-			}
-			next := leaf.NotAfter.Add(-rb)
-			meta.NextIssuanceTime = &next
-		}
-		return write(meta, key, chain, ca)
-	}
-}
 
 // journalStore is the driver's Filesystem, recording every publish (a publish registers the
 // volume's metadata first) in the journal.
