@@ -7,10 +7,10 @@ export GOTOOLCHAIN = local
 ENVTEST_ASSETS = $(CURDIR)/bin/envtest/$(ENVTEST_K8S_VERSION)
 CM_CONTROLLERS = $(CURDIR)/bin/cm-controllers/$(shell $(GO) list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)/cm-controllers
 
-.PHONY: test vet fmt-check unit stress envtest cm-controllers integration bench demo demo-short node e2e e2e-or-skip
+.PHONY: test vet fmt-check unit alerts stress envtest cm-controllers integration bench demo demo-short node e2e e2e-or-skip
 
 ## test: everything the project checks (what CI runs).
-test: vet fmt-check unit stress integration e2e-or-skip demo-short
+test: vet fmt-check unit alerts stress integration e2e-or-skip demo-short
 
 vet:
 	$(GO) vet ./...
@@ -22,6 +22,11 @@ fmt-check:
 ## unit: unit tests with the race detector.
 unit:
 	$(GO) test -race -count=1 ./...
+
+## alerts: the example deployment's alert and dashboard expressions parsed by Prometheus's own
+## PromQL parser (examples/deploy/promql, a module of its own).
+alerts:
+	cd examples/deploy/promql && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## stress: the driver harness tests 20 times in a row, to catch races between calls, and the
 ## churn (throttled creates, deadlines, overlapping publishes, a slow watch) 5 times.

@@ -74,12 +74,12 @@ const IssuerName = "e2e-ca"
 
 func main() {
 	var (
-		name        = flag.String("driver-name", "csi.e2e.csi-lib.example", "CSI driver name")
+		name        = flag.String("driver-name", "csi.example.com", "CSI driver name")
 		nodeID      = flag.String("node-id", "localhost", "node ID")
 		kubeconfig  = flag.String("kubeconfig", "", "kubeconfig of the driver's account")
 		dataRoot    = flag.String("data-root", "", "base directory of the volumes (a tmpfs is mounted at <data-root>/inmemfs)")
 		socket      = flag.String("csi-socket", "", "path of the CSI socket")
-		registry    = flag.String("plugins-registry", "", "kubelet's plugins_registry directory")
+		registry    = flag.String("plugins-registry", "", "kubelet's plugins_registry directory, to register with kubelet without node-driver-registrar (empty: none, as in a DaemonSet with the registrar)")
 		gateOnIP    = flag.Bool("gate-on-pod-ip", false, "readiness gate: the pod has an IP (with ContinueOnNotReady)")
 		requeuePods = flag.Bool("requeue-pods", false, "call RequeuePod when a pod changes (the gate opens at once)")
 		oldGate     = flag.Bool("old-gate-behaviour", false, "retry a closed gate on the 30 s issuance backoff, with no gate poll (upstream's behaviour)")
@@ -253,12 +253,14 @@ func run(log logr.Logger, j *journal, b managerFlags, metricsAddr, name, nodeID,
 	served := make(chan error, 1)
 	go func() { served <- d.Run() }()
 
-	reg, err := serveRegistration(log, registry, name, socket)
-	if err != nil {
-		d.Stop()
-		return err
+	if registry != "" {
+		reg, err := serveRegistration(log, registry, name, socket)
+		if err != nil {
+			d.Stop()
+			return err
+		}
+		defer reg.Stop()
 	}
-	defer reg.Stop()
 	log.Info("driver serving", "csi_socket", socket)
 	select {
 	case <-ctx.Done():

@@ -28,7 +28,6 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -39,7 +38,7 @@ import (
 )
 
 const (
-	driverName = "csi.e2e.csi-lib.example"
+	driverName = "csi.example.com" // examples/deploy/csidriver.yaml's
 	namespace  = "e2e"
 )
 
@@ -50,7 +49,9 @@ type cluster struct {
 	n          *node
 	binDir     string
 	kubeconfig string
-	ca         *testkit.CA
+	// driverKubeconfig authenticates as the driver's service account (examples/deploy).
+	driverKubeconfig string
+	ca               *testkit.CA
 	// metricsAddress is where the driver serves /metrics: a free loopback port.
 	metricsAddress string
 	stopSigner     context.CancelFunc
@@ -81,8 +82,8 @@ func waitNodeReady(ctx context.Context, kube kubernetes.Interface) error {
 	})
 }
 
-// newCluster creates the namespace (with its service account), the CSIDriver object, starts the
-// signer and the driver, and waits until kubelet has registered the driver.
+// newCluster creates the namespace (with its service account), the example deployment's CSIDriver
+// and RBAC, starts the signer and the driver, and waits until kubelet has registered the driver.
 func newCluster(ctx context.Context, cp *controlplane.ControlPlane, kube kubernetes.Interface, n *node, binDir string) (*cluster, error) {
 	cm, err := cmclient.NewForConfig(cp.Config)
 	if err != nil {
@@ -103,16 +104,16 @@ func newCluster(ctx context.Context, cp *controlplane.ControlPlane, kube kuberne
 	if _, err := kube.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	if _, err := kube.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: driverName},
-		Spec: storagev1.CSIDriverSpec{
-			AttachRequired:       ptr.To(false),
-			PodInfoOnMount:       ptr.To(true),
-			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	// The CSIDriver and the driver's RBAC are the example deployment's; the driver runs as its
+	// service account.
+	name, driverKubeconfig, err := applyDeploy(ctx, kube, c.kubeconfig, n.dir)
+	if err != nil {
 		return nil, err
 	}
+	if name != driverName {
+		return nil, fmt.Errorf("examples/deploy's CSIDriver is %q, the stories expect %q", name, driverName)
+	}
+	c.driverKubeconfig = driverKubeconfig
 	if err := c.createIssuers(ctx); err != nil {
 		return nil, err
 	}
@@ -145,7 +146,8 @@ func (f driverFlags) podConditionType() string {
 func (c *cluster) startDriver(ctx context.Context, f driverFlags) error {
 	start := time.Now()
 	if err := c.n.startProcess("driver", filepath.Join(c.binDir, "csi-driver"),
-		"--kubeconfig", c.kubeconfig,
+		"--kubeconfig", c.driverKubeconfig,
+		"--driver-name", driverName,
 		"--node-id", nodeName,
 		"--data-root", filepath.Join(c.n.dir, "driver"),
 		"--csi-socket", filepath.Join(c.n.dir, "driver.sock"),

@@ -42,11 +42,11 @@ import (
 
 const certificateReady = corev1.PodConditionType("csi.example.com/certificate-ready")
 
-// applyPodConditionPolicy creates the README's admission policy (policy/pod-condition.yaml)
+// applyPodConditionPolicy creates the documented admission policy (examples/deploy/pod-condition-policy.yaml)
 // for the given service account, and removes it when the test ends.
 func applyPodConditionPolicy(t *testing.T, username string) {
 	t.Helper()
-	raw, err := os.ReadFile("../../policy/pod-condition.yaml")
+	raw, err := os.ReadFile("../../examples/deploy/pod-condition-policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func condition(typ corev1.PodConditionType, status corev1.ConditionStatus) map[s
 
 // TestPodConditionAndItsAdmissionPolicy: the manager keeps the certificate condition on a
 // pod through the real apiserver as the driver's own pod-bound token, leaving kubelet's
-// conditions alone; the README's admission policy lets that token change only this condition,
+// conditions alone; the documented admission policy lets that token change only this condition,
 // only on pods of its own node.
 func TestPodConditionAndItsAdmissionPolicy(t *testing.T) {
 	ctx := context.Background()
@@ -145,7 +145,7 @@ func TestPodConditionAndItsAdmissionPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	username := "system:serviceaccount:" + driverNS + ":" + sa
-	// What the README asks for: get and patch on pods/status, cluster-wide.
+	// What docs/events-and-readiness.md asks for: get and patch on pods/status, cluster-wide.
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: driverNS}, Rules: []rbacv1.PolicyRule{{
 		APIGroups: []string{""}, Resources: []string{"pods", "pods/status"}, Verbs: []string{"get", "patch"},
 	}}}
@@ -240,17 +240,17 @@ func findCondition(pod *corev1.Pod, typ corev1.PodConditionType) *corev1.PodCond
 	return nil
 }
 
-// TestREADMEShowsThePolicy: the policy the README shows is the file the test above applies.
-func TestREADMEShowsThePolicy(t *testing.T) {
-	policy, err := os.ReadFile("../../policy/pod-condition.yaml")
+// TestDocsShowThePolicy: the policy docs/events-and-readiness.md shows is the file the test above applies.
+func TestDocsShowThePolicy(t *testing.T) {
+	policy, err := os.ReadFile("../../examples/deploy/pod-condition-policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/events-and-readiness.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "```yaml\n"+string(policy)+"```\n") {
-		t.Fatal("README.md does not show policy/pod-condition.yaml verbatim in a yaml block")
+		t.Fatal("docs/events-and-readiness.md does not show examples/deploy/pod-condition-policy.yaml verbatim in a yaml block")
 	}
 }

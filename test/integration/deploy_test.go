@@ -1,0 +1,123 @@
+//go:build integration
+
+/*
+Copyright 2026 The csi-lib fork authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/restmapper"
+)
+
+// TestDeployManifestsAccepted: the real kube-apiserver accepts every Kubernetes object of
+// examples/deploy (a server-side dry run: validation and admission run, nothing is stored), after
+// creating their namespace. The PrometheusRule is left out: its CRD belongs to the Prometheus
+// operator; the deploy package's tests decode it and Prometheus's parser parses its expressions.
+func TestDeployManifestsAccepted(t *testing.T) {
+	ctx := context.Background()
+	dyn := dynamic.NewForConfigOrDie(restConfig)
+	groups, err := restmapper.GetAPIGroupResources(discovery.NewDiscoveryClientForConfigOrDie(restConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDiscoveryRESTMapper(groups)
+	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+
+	var objs []runtime.Object
+	files, _ := filepath.Glob("../../examples/deploy/*.yaml")
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+		for {
+			doc, err := reader.Read()
+			if err != nil {
+				break
+			}
+			if strings.Contains(string(doc), "kind: PrometheusRule") || len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			obj, _, err := decoder.Decode(doc, nil, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			objs = append(objs, obj)
+		}
+	}
+	if len(objs) < 8 {
+		t.Fatalf("%d objects in examples/deploy", len(objs))
+	}
+	// Namespaces first: the objects in them need them to exist, even in a dry run.
+	slices.SortStableFunc(objs, func(a, b runtime.Object) int {
+		return cmp.Compare(kindOrder(b), kindOrder(a))
+	})
+	accepted := 0
+	for _, obj := range objs {
+		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: content}
+		u.SetGroupVersionKind(obj.GetObjectKind().GroupVersionKind())
+		mapping, err := mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version)
+		if err != nil {
+			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+		var client dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			client = dyn.Resource(mapping.Resource).Namespace(u.GetNamespace())
+		}
+		opts := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		if u.GetKind() == "Namespace" {
+			opts = metav1.CreateOptions{}
+		}
+		if _, err := client.Create(ctx, u, opts); err != nil && !(u.GetKind() == "Namespace" && apierrors.IsAlreadyExists(err)) {
+			t.Errorf("the apiserver refused %s %s: %v", u.GetKind(), u.GetName(), err)
+			continue
+		}
+		accepted++
+	}
+	t.Logf("the apiserver accepted %d objects of examples/deploy", accepted)
+}
+
+func kindOrder(obj runtime.Object) int {
+	if obj.GetObjectKind().GroupVersionKind().Kind == "Namespace" {
+		return 1
+	}
+	return 0
+}
