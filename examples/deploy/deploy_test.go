@@ -23,14 +23,12 @@ limitations under the License.
 package deploy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -40,9 +38,6 @@ import (
 	cminformers "github.com/cert-manager/cert-manager/pkg/client/informers/externalversions"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cert-manager/csi-lib/internal/api"
@@ -50,6 +45,7 @@ import (
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
+	"github.com/cert-manager/csi-lib/test/testkit/manifests"
 )
 
 // prometheusRule is the part of the Prometheus operator's PrometheusRule that the alerts use;
@@ -75,9 +71,8 @@ type prometheusRule struct {
 // TestManifestsDecodeStrictly: every document of every YAML file is a Kubernetes object whose
 // fields its type knows (the PrometheusRule's, those the Prometheus operator's type has).
 func TestManifestsDecodeStrictly(t *testing.T) {
-	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	kinds := map[string]int{}
-	for _, doc := range manifests(t) {
+	for _, doc := range documents(t) {
 		if bytes.Contains(doc.raw, []byte("kind: PrometheusRule")) {
 			if _, err := decodeRule(doc.raw); err != nil {
 				t.Errorf("%s: %v", doc.file, err)
@@ -85,12 +80,12 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 			kinds["PrometheusRule"]++
 			continue
 		}
-		_, gvk, err := decoder.Decode(doc.raw, nil, nil)
+		obj, err := manifests.Decode(doc.raw)
 		if err != nil {
 			t.Errorf("%s: %v", doc.file, err)
 			continue
 		}
-		kinds[gvk.Kind]++
+		kinds[obj.GetObjectKind().GroupVersionKind().Kind]++
 	}
 	for _, kind := range []string{"CSIDriver", "DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PrometheusRule"} {
 		if kinds[kind] == 0 {
@@ -229,8 +224,8 @@ type manifest struct {
 	raw  []byte
 }
 
-// manifests returns every YAML document of the directory's files.
-func manifests(t *testing.T) []manifest {
+// documents returns every YAML document of the directory's files.
+func documents(t *testing.T) []manifest {
 	t.Helper()
 	files, err := filepath.Glob("*.yaml")
 	if err != nil || len(files) == 0 {
@@ -238,19 +233,11 @@ func manifests(t *testing.T) []manifest {
 	}
 	var out []manifest
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		docs, err := manifests.Documents(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		reader := utilyaml.NewYAMLReader(bufioReader(data))
-		for {
-			doc, err := reader.Read()
-			if err != nil {
-				break
-			}
-			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
-				continue
-			}
+		for _, doc := range docs {
 			out = append(out, manifest{file: f, raw: doc})
 		}
 	}
@@ -260,7 +247,7 @@ func manifests(t *testing.T) []manifest {
 func alertRules(t *testing.T) []prometheusRule {
 	t.Helper()
 	var rules []prometheusRule
-	for _, doc := range manifests(t) {
+	for _, doc := range documents(t) {
 		if !bytes.Contains(doc.raw, []byte("kind: PrometheusRule")) {
 			continue
 		}
@@ -287,15 +274,3 @@ func decodeRule(raw []byte) (prometheusRule, error) {
 	err = dec.Decode(&r)
 	return r, err
 }
-
-func stripComments(doc []byte) []byte {
-	var b bytes.Buffer
-	for _, line := range strings.Split(string(doc), "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
-			b.WriteString(line + "\n")
-		}
-	}
-	return b.Bytes()
-}
-
-func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }

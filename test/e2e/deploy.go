@@ -17,11 +17,8 @@ limitations under the License.
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -30,13 +27,12 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+
+	"github.com/cert-manager/csi-lib/test/testkit/manifests"
 )
 
 // deployDir holds what an operator applies (examples/deploy); the node applies the CSIDriver
@@ -45,23 +41,14 @@ const deployDir = "examples/deploy"
 
 // deployObjects decodes the Kubernetes objects of examples/deploy files, strictly.
 func deployObjects(files ...string) ([]runtime.Object, error) {
-	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	var objs []runtime.Object
 	for _, f := range files {
-		data, err := os.ReadFile(filepath.Join(deployDir, f))
+		docs, err := manifests.Documents(filepath.Join(deployDir, f))
 		if err != nil {
 			return nil, err
 		}
-		reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for {
-			doc, err := reader.Read()
-			if err != nil {
-				break
-			}
-			if len(bytes.TrimSpace(doc)) == 0 {
-				continue
-			}
-			obj, _, err := decoder.Decode(doc, nil, nil)
+		for _, doc := range docs {
+			obj, err := manifests.Decode(doc)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", f, err)
 			}

@@ -19,11 +19,8 @@ limitations under the License.
 package integration
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -34,12 +31,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/cert-manager/csi-lib/test/testkit/manifests"
 )
 
 // TestDeployManifestsAccepted: the real kube-apiserver accepts every Kubernetes object of
@@ -54,25 +50,18 @@ func TestDeployManifestsAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	mapper := restmapper.NewDiscoveryRESTMapper(groups)
-	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
-
 	var objs []runtime.Object
 	files, _ := filepath.Glob("../../examples/deploy/*.yaml")
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		docs, err := manifests.Documents(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for {
-			doc, err := reader.Read()
-			if err != nil {
-				break
-			}
-			if strings.Contains(string(doc), "kind: PrometheusRule") || len(bytes.TrimSpace(doc)) == 0 {
+		for _, doc := range docs {
+			if strings.Contains(string(doc), "kind: PrometheusRule") {
 				continue
 			}
-			obj, _, err := decoder.Decode(doc, nil, nil)
+			obj, err := manifests.Decode(doc)
 			if err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
