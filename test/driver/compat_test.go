@@ -26,6 +26,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
@@ -95,7 +96,8 @@ func TestAlreadyDueCertificateOnANeverSteppedClock(t *testing.T) {
 	})
 	ctx := ctxWithTimeout(t, pollTimeout)
 	go testutil.IssueAllRequests(ctx, t, opts.Client, namespace, cert, ca.CertPEM)
-	if _, err := cl.NodePublishVolume(ctx, upstreamStylePublishRequest(t, "vol-1")); err != nil {
+	req := upstreamStylePublishRequest(t, "vol-1")
+	if _, err := cl.NodePublishVolume(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	// The publish's attempt starts no timer; the first is the loop's wait after the success.
@@ -120,6 +122,24 @@ func TestAlreadyDueCertificateOnANeverSteppedClock(t *testing.T) {
 	poll(t, "the renewal's request", func() bool { return creates() == 2 })
 	if n := issueRequestsTotal(t, reg, "vol-1"); n != 2 {
 		t.Fatalf("certmanager_csi_issue_requests_total = %v after the renewal, want 2", n)
+	}
+
+	// The rest of upstream's test: the pod goes (unpublish) and so do its requests; the
+	// volume's counter stays, with its count.
+	if _, err := cl.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: req.TargetPath}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := opts.Client.CertmanagerV1().CertificateRequests(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range list.Items {
+		if err := opts.Client.CertmanagerV1().CertificateRequests(namespace).Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := issueRequestsTotal(t, reg, "vol-1"); n != 2 {
+		t.Fatalf("certmanager_csi_issue_requests_total = %v after the unpublish, want 2", n)
 	}
 }
 
