@@ -303,19 +303,25 @@ func (a *attempt) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi
 }
 
 // holdUntilSeen holds the request as sent with its key (pendingKeys.holdUnseen) until the
-// informer's cache shows it; if the cache shows it already (its event came before this call),
-// it is seen at once.
+// informer's cache shows it (seenIfCached covers an event that came before this call).
 func (a *attempt) holdUntilSeen(reqKey string, sent *cmapi.CertificateRequest, created bool) {
 	a.iss.keys.holdUnseen(reqKey, sent, created)
+	a.seenIfCached(reqKey)
+}
+
+// seenIfCached tells the pending keys that the request is seen if the informer's cache shows
+// it.
+func (a *attempt) seenIfCached(reqKey string) {
 	if a.iss.requests.exists(reqKey) {
 		a.iss.keys.seen(reqKey)
 	}
 }
 
 // settle settles the volume's request that the cache has not shown (requests.settle; created:
-// the apiserver answered its create): it returns the request to wait for; nil, nil if it was created and has been deleted since (its
-// key is forgotten, and the attempt goes on to a new request); an error if its outcome is still
-// unknown (it stays held for the next attempt) or it can never be settled (its key is forgotten).
+// the apiserver answered its create): it returns the request to wait for; nil, nil if it was
+// created and has been deleted since (its key is forgotten, and the attempt goes on to a new
+// request); an error if its outcome is still unknown (it stays held for the next attempt) or it
+// can never be settled (its key is forgotten).
 func (a *attempt) settle(ctx context.Context, log logr.Logger, meta metadata.Metadata, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
 	iss := a.iss
 	var client cmclient.Interface
@@ -330,9 +336,7 @@ func (a *attempt) settle(ctx context.Context, log logr.Logger, meta metadata.Met
 	got, err := iss.requests.settle(ctx, client, sent, created)
 	switch {
 	case err == nil:
-		if iss.requests.exists(reqKey) {
-			iss.keys.seen(reqKey)
-		}
+		a.seenIfCached(reqKey)
 		log.Info("Resuming the CertificateRequest created for this volume (its create's outcome was unknown, or the informer's cache had not shown it)", "request", got.Name, "namespace", got.Namespace)
 		return got, nil
 	case errors.Is(err, errRequestGone):
