@@ -128,10 +128,10 @@ func (k *pendingKeys) inMemoryKey(reqKey string) (any, bool) {
 
 // holdUnseen keeps the key of a request this process created (created is true), or may have
 // created (the connection broke, or the deadline passed, after the create was sent), with the
-// request as it was sent, until the informer's cache shows that request (seen). Meanwhile the volume's next
-// attempt settles that request (from the cache, else by reading it from the apiserver) instead
-// of creating another: a cache that lags behind a create never costs a second request. The key
-// was remembered before the create.
+// request as it was sent, until the informer's cache shows that request (seen). Meanwhile the
+// volume's next attempt settles that request (from the cache, else by reading it from the
+// apiserver) instead of creating another: a cache that lags behind a create never costs a
+// second request. The key was remembered before the create.
 func (k *pendingKeys) holdUnseen(reqKey string, req *cmapi.CertificateRequest, created bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -74,8 +74,8 @@ func (t *volumeTable) add(v *volume) bool {
 }
 
 // remove unregisters v, takes it off the counts and hands its shown state to forget, under the
-// table's lock and v's, so a volume registered again under the same ID is never touched by it. It
-// reports false, and runs nothing, if v is not, or no longer, registered.
+// table's lock and v's, so a volume registered again under the same ID is never touched by it.
+// It reports false, and runs nothing, if v is not, or no longer, registered.
 func (t *volumeTable) remove(v *volume, forget func(v *volume, s *shownVolume)) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -93,8 +93,8 @@ func (t *volumeTable) remove(v *volume, forget func(v *volume, s *shownVolume)) 
 }
 
 // update runs change on a registered volume's shown state under the table's lock and the
-// volume's, and keeps the counts in step with the state it leaves. It reports false, and runs nothing, if v is not
-// registered.
+// volume's, and keeps the counts in step with the state it leaves. It reports false, and runs
+// nothing, if v is not registered.
 func (t *volumeTable) update(v *volume, change func(s *shownVolume)) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
