@@ -248,7 +248,10 @@ func (a *attempt) issue(ctx context.Context) error {
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("creating CertificateRequest: %w", err)
 	}
-	req := iss.requests.build(meta, bundle, csrPEM)
+	req, err := iss.requests.build(meta, bundle, csrPEM)
+	if err != nil {
+		return err
+	}
 	// Hold the key before the request exists, so an informer event never finds a request of
 	// ours without it.
 	reqKey := requestKey(req.Namespace, req.Name)

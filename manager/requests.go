@@ -44,6 +44,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/cert-manager/csi-lib/approval"
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/certs"
@@ -78,6 +79,7 @@ const (
 type requests struct {
 	client   cmclient.Interface // deletes requests
 	clock    clock.Clock
+	nodeName string // Options.NodeID, named on every request
 	nodeHash string
 	informer cache.SharedIndexInformer
 	// informerDone is closed when the informer started by start has stopped.
@@ -103,9 +105,10 @@ type requests struct {
 }
 
 // newRequests sets up the informer on the node's requests; start runs it.
-func newRequests(client cmclient.Interface, clk clock.Clock, nodeHash string, seen, deleted func(reqKey string)) (*requests, error) {
+func newRequests(client cmclient.Interface, clk clock.Clock, nodeName, nodeHash string, seen, deleted func(reqKey string)) (*requests, error) {
 	r := &requests{
 		client:      client,
+		nodeName:    nodeName,
 		clock:       clk,
 		nodeHash:    nodeHash,
 		seen:        seen,
@@ -261,15 +264,20 @@ func (r *requests) newestNotAfter(volumeID string) time.Time {
 }
 
 // build makes a volume's CertificateRequest: the node and volume hash labels, the bundle's
-// annotations and spec, Duration always set, and exactly one owner reference to the pod (name
-// and UID from the volume context, even if empty), so that the garbage collector deletes the
-// request with the pod. CreationTimestamp is left to the apiserver.
-func (r *requests) build(meta metadata.Metadata, bundle *CertificateRequestBundle, csrPEM []byte) *cmapi.CertificateRequest {
+// annotations with the node's and the pod's names added (see originAnnotations), the bundle's
+// spec, Duration always set, and exactly one owner reference to the pod (name and UID from the
+// volume context, even if empty), so that the garbage collector deletes the request with the
+// pod. CreationTimestamp is left to the apiserver.
+func (r *requests) build(meta metadata.Metadata, bundle *CertificateRequestBundle, csrPEM []byte) (*cmapi.CertificateRequest, error) {
+	annotations, err := r.originAnnotations(meta, bundle.Annotations)
+	if err != nil {
+		return nil, err
+	}
 	return &cmapi.CertificateRequest{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        string(uuid.NewUUID()),
 			Namespace:   bundle.Namespace,
-			Annotations: bundle.Annotations,
+			Annotations: annotations,
 			Labels: map[string]string{
 				api.NodeIDHashLabelKey:   r.nodeHash,
 				api.VolumeIDHashLabelKey: util.HashIdentifier(meta.VolumeID),
@@ -288,7 +296,35 @@ func (r *requests) build(meta metadata.Metadata, bundle *CertificateRequestBundl
 			Usages:    bundle.Usages,
 			IssuerRef: bundle.IssuerRef,
 		},
+	}, nil
+}
+
+// originAnnotations returns a copy of the bundle's annotations with the request's origin added,
+// so that the apiserver (examples/deploy/node-bound-policy.yaml) and an approver (package
+// approval) can check it: this node's name, and the pod's namespace, name and UID from the volume
+// context (each only when the context has it). A bundle may set one of these keys only to the
+// same value: a request naming another node or pod than its own is refused here, before anything
+// is created.
+func (r *requests) originAnnotations(meta metadata.Metadata, fromBundle map[string]string) (map[string]string, error) {
+	annotations := make(map[string]string, len(fromBundle)+4)
+	for k, v := range fromBundle {
+		annotations[k] = v
 	}
+	for _, origin := range []struct{ key, value string }{
+		{approval.NodeNameAnnotationKey, r.nodeName},
+		{approval.PodNamespaceAnnotationKey, meta.VolumeContext[metadata.PodNamespaceVolumeContextKey]},
+		{approval.PodNameAnnotationKey, meta.VolumeContext[metadata.PodNameVolumeContextKey]},
+		{approval.PodUIDAnnotationKey, meta.VolumeContext[metadata.PodUIDVolumeContextKey]},
+	} {
+		if origin.value == "" {
+			continue
+		}
+		if v, set := annotations[origin.key]; set && v != origin.value {
+			return nil, fmt.Errorf("generating certificate request: the bundle's annotation %s is %q, but this request's is %q: the key is the library's", origin.key, v, origin.value)
+		}
+		annotations[origin.key] = origin.value
+	}
+	return annotations, nil
 }
 
 // create creates req with client, recording its place in this process's creation order first

@@ -42,18 +42,18 @@ import (
 
 const certificateReady = corev1.PodConditionType("csi.example.com/certificate-ready")
 
-// applyPodConditionPolicy creates the documented admission policy (examples/deploy/pod-condition-policy.yaml)
-// for the given service account, and removes it when the test ends.
-func applyPodConditionPolicy(t *testing.T, username string) {
+// applyPolicy creates a documented admission policy and its binding (file, in examples/deploy)
+// for the given service account in place of the example's, and removes them when the test ends.
+func applyPolicy(t *testing.T, file, username string) {
 	t.Helper()
-	raw, err := os.ReadFile("../../examples/deploy/pod-condition-policy.yaml")
+	raw, err := os.ReadFile("../../examples/deploy/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := strings.ReplaceAll(string(raw), "system:serviceaccount:csi-driver:csi-driver", username)
 	docs := strings.Split(text, "\n---\n")
 	if len(docs) != 2 {
-		t.Fatalf("the policy file has %d documents, want the policy and its binding", len(docs))
+		t.Fatalf("%s has %d documents, want the policy and its binding", file, len(docs))
 	}
 	var policy admissionv1.ValidatingAdmissionPolicy
 	var binding admissionv1.ValidatingAdmissionPolicyBinding
@@ -174,7 +174,7 @@ func TestPodConditionAndItsAdmissionPolicy(t *testing.T) {
 
 	appA := podOnNode(t, appNS, "app-a", "node-a", "default")
 	appB := podOnNode(t, appNS, "app-b", "node-b", "default")
-	applyPodConditionPolicy(t, username)
+	applyPolicy(t, "pod-condition-policy.yaml", username)
 
 	// The policy is in force once it refuses the driver's change to a pod of node B.
 	var refused error

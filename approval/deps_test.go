@@ -1,0 +1,49 @@
+/*
+Copyright 2026 The csi-lib fork authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package approval
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImportsStayLight: an approver imports this package for the check alone; it must not
+// bring a client, a gRPC server or a metrics registry into the approver's build.
+func TestImportsStayLight(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list the package's dependencies: %v", err)
+	}
+	out, err := exec.Command(goTool, "list", "-deps", "github.com/cert-manager/csi-lib/approval").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	for _, pkg := range deps {
+		for _, heavy := range []string{"k8s.io/client-go", "google.golang.org/grpc", "github.com/prometheus", "github.com/cert-manager/csi-lib/manager"} {
+			if strings.HasPrefix(pkg, heavy) {
+				t.Errorf("approval depends on %s", pkg)
+			}
+		}
+	}
+	const most = 300
+	if len(deps) > most {
+		t.Errorf("approval depends on %d packages, more than %d", len(deps), most)
+	}
+	t.Logf("approval depends on %d packages", len(deps))
+}
