@@ -99,11 +99,18 @@ func deny(format string, args ...any) Verdict {
 // a pod's creation should fall back to the apiserver on not-found.
 type GetPodFunc func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 
+// PodRule is a driver's own check of a request against the pod it names, which Check runs once
+// the pod is found live on the node named: the reason to deny, or "" to approve. The origin
+// checks tie a request to a pod of its node; what the certificate says (its subject, names,
+// usages) is derived by the driver from the pod, and only a rule that derives it the same way
+// (or an identity policy such as approver-policy's) limits it.
+type PodRule func(req *cmapi.CertificateRequest, pod *corev1.Pod) (denyReason string)
+
 // Check decides a request by its claim: approve when the pod it names exists with the UID it
-// names, is bound to the node it names, and is neither terminating nor finished. Every other
-// case is a Verdict to deny with its reason. An error means no decision could be made (the pod
-// could not be read): the caller tries again later.
-func Check(ctx context.Context, req *cmapi.CertificateRequest, getPod GetPodFunc) (Verdict, error) {
+// names, is bound to the node it names, is neither terminating nor finished, and every rule
+// approves. Every other case is a Verdict to deny with its reason. An error means no decision
+// could be made (the pod could not be read): the caller tries again later.
+func Check(ctx context.Context, req *cmapi.CertificateRequest, getPod GetPodFunc, rules ...PodRule) (Verdict, error) {
 	claim, err := ClaimOf(req)
 	if err != nil {
 		return deny("%v: it names no pod to check", err), nil
@@ -118,7 +125,15 @@ func Check(ctx context.Context, req *cmapi.CertificateRequest, getPod GetPodFunc
 	if err != nil {
 		return Verdict{}, fmt.Errorf("reading pod %s/%s: %w", claim.PodNamespace, claim.PodName, err)
 	}
-	return CheckPod(claim, pod), nil
+	if v := CheckPod(claim, pod); !v.Approve {
+		return v, nil
+	}
+	for _, rule := range rules {
+		if reason := rule(req, pod); reason != "" {
+			return deny("%s", reason), nil
+		}
+	}
+	return Verdict{Approve: true}, nil
 }
 
 // checkOwner denies a request whose pod owner reference names another pod than its claim: the

@@ -19,6 +19,7 @@ package approval
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -136,5 +137,34 @@ func TestClaimOf(t *testing.T) {
 	}
 	if got, want := c.String(), "pod ns/app (uid u1) on node node-a"; got != want {
 		t.Errorf("String = %q, want %q", got, want)
+	}
+}
+
+// TestPodRules: a driver's rules run only for a pod found live on its node, in order, and the
+// first reason denies.
+func TestPodRules(t *testing.T) {
+	var ran []string
+	rule := func(name, reason string) PodRule {
+		return func(_ *cmapi.CertificateRequest, p *corev1.Pod) string {
+			ran = append(ran, name+":"+p.Name)
+			return reason
+		}
+	}
+	live := pods(nil, pod("ns", "app", "u1", "node-a", nil))
+	v, err := Check(context.Background(), request(named("node-a", "ns", "app", "u1")), live, rule("first", ""), rule("second", "the subject is not the pod's"), rule("third", ""))
+	if err != nil || v.Approve || v.Reason != "the subject is not the pod's" {
+		t.Errorf("Check = %+v, %v; want the second rule's denial", v, err)
+	}
+	if want := []string{"first:app", "second:app"}; !slices.Equal(ran, want) {
+		t.Errorf("rules ran %v, want %v", ran, want)
+	}
+	ran = nil
+	v, err = Check(context.Background(), request(named("node-b", "ns", "app", "u1")), live, rule("first", ""))
+	if err != nil || v.Approve || len(ran) != 0 {
+		t.Errorf("for a pod of another node: %+v, %v, rules ran %v; want a denial without them", v, err, ran)
+	}
+	ran = nil
+	if v, err := Check(context.Background(), request(named("node-a", "ns", "app", "u1")), live, rule("first", "")); err != nil || !v.Approve || len(ran) != 1 {
+		t.Errorf("with an approving rule: %+v, %v, rules ran %v", v, err, ran)
 	}
 }

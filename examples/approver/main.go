@@ -41,6 +41,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
+	"github.com/cert-manager/csi-lib/approval"
 	"github.com/cert-manager/csi-lib/examples/approver/controller"
 )
 
@@ -65,7 +66,10 @@ func (f *issuerFlags) Set(v string) error {
 func main() {
 	var issuers issuerFlags
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the approver's account (empty: in-cluster)")
+	cnIsPodName := flag.Bool("common-name-is-pod-name", false, "deny a request whose certificate request's common name is not its pod's name (the rule of examples/csi-driver)")
 	workers := flag.Int("workers", 4, "requests decided in parallel")
+	qps := flag.Float64("kube-api-qps", 50, "requests per second to the apiserver (each decision is a pod read and a status update)")
+	burst := flag.Int("kube-api-burst", 100, "burst of requests to the apiserver")
 	verbosity := flag.Int("v", 2, "log verbosity")
 	flag.Var(&issuers, "issuer", "decide only requests for this issuer, as Kind/name or group/Kind/name (repeatable; none: every request csi-lib created)")
 	flag.Parse()
@@ -77,10 +81,16 @@ func main() {
 		log.Error(err, "reading the kubeconfig")
 		os.Exit(1)
 	}
+	var rules []approval.PodRule
+	if *cnIsPodName {
+		rules = append(rules, controller.CommonNameIsPodName)
+	}
+	cfg.QPS, cfg.Burst = float32(*qps), *burst
 	c, err := controller.New(controller.Options{
 		CertManager: cmclient.NewForConfigOrDie(cfg),
 		Kube:        kubernetes.NewForConfigOrDie(cfg),
 		Issuers:     issuers,
+		Rules:       rules,
 		Workers:     *workers,
 		Log:         log,
 	})

@@ -22,6 +22,8 @@ package controller
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"slices"
 	"sync"
@@ -59,6 +61,9 @@ type Options struct {
 	// Issuers are the issuers whose requests this approver decides; empty: every request csi-lib
 	// created. Group defaults to cert-manager.io, Kind to Issuer, as cert-manager reads them.
 	Issuers []cmmeta.IssuerReference
+	// Rules are the driver's own checks of a request against its pod (approval.PodRule), such
+	// as CommonNameIsPodName.
+	Rules []approval.PodRule
 	// Workers decide requests in parallel. Default: 4.
 	Workers int
 	Log     logr.Logger
@@ -167,7 +172,7 @@ func (c *Controller) decide(ctx context.Context, key string) error {
 	getPod := func(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 		return c.opts.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	}
-	verdict, err := approval.Check(ctx, req, getPod)
+	verdict, err := approval.Check(ctx, req, getPod, c.opts.Rules...)
 	if err != nil {
 		return err
 	}
@@ -195,6 +200,23 @@ func (c *Controller) decide(ctx context.Context, key string) error {
 	}
 	c.opts.Log.Info("Decided a CertificateRequest", "request", name, "namespace", ns, "condition", cond.Type, "message", cond.Message)
 	return nil
+}
+
+// CommonNameIsPodName is the rule of a driver whose certificates name their pod in the subject's
+// common name, as examples/csi-driver's do.
+func CommonNameIsPodName(req *cmapi.CertificateRequest, pod *corev1.Pod) string {
+	block, _ := pem.Decode(req.Spec.Request)
+	if block == nil {
+		return "the request holds no PEM certificate request"
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return "the certificate request does not parse: " + err.Error()
+	}
+	if csr.Subject.CommonName != pod.Name {
+		return fmt.Sprintf("the certificate request's common name is %q, not the pod's name %q", csr.Subject.CommonName, pod.Name)
+	}
+	return ""
 }
 
 // serves reports whether req names one of the issuers this approver decides for.
