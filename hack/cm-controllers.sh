@@ -18,7 +18,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
 VERSION="$(go list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)"
 OUT="${ROOT}/bin/cm-controllers/${VERSION}"
-if [[ -x "${OUT}/cm-controllers" ]]; then
+# The cache holds the binary of this main.go: a changed main.go is built again.
+SUM="$(cat hack/cm-controllers/main.go hack/cm-controllers/go.mod | sha256sum | cut -d' ' -f1)"
+if [[ -x "${OUT}/cm-controllers" && "$(cat "${OUT}/source.sha256" 2>/dev/null)" == "${SUM}" ]]; then
   echo "cert-manager controllers: cached in bin/cm-controllers/${VERSION}" >&2
   echo "${OUT}/cm-controllers"
   exit 0
@@ -37,6 +39,7 @@ sed "s#github.com/cert-manager/cert-manager v[^ ]*#github.com/cert-manager/cert-
   go build -trimpath -o "${OUT}/cm-controllers.tmp" .
 )
 mv "${OUT}/cm-controllers.tmp" "${OUT}/cm-controllers"
+echo "${SUM}" >"${OUT}/source.sha256"
 rm -rf "${work}"
 echo "cert-manager controllers: built in $(( $(date +%s) - start ))s" >&2
 echo "${OUT}/cm-controllers"

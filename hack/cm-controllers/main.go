@@ -52,14 +52,18 @@ func main() {
 	names := flag.String("controllers", All, "comma-separated controllers to run, of "+All)
 	clusterNS := flag.String("cluster-resource-namespace", "cert-manager", "the namespace of ClusterIssuers' secrets")
 	workers := flag.Int("workers", 5, "workers per controller")
+	// cert-manager's controller defaults: client-go's own (5 per second, burst 10) would throttle
+	// every story that issues for many pods at once.
+	qps := flag.Float64("kube-api-qps", 20, "requests per second to the apiserver")
+	burst := flag.Int("kube-api-burst", 50, "burst of requests to the apiserver")
 	flag.Parse()
-	if err := run(*kubeconfig, strings.Split(*names, ","), *clusterNS, *workers); err != nil {
+	if err := run(*kubeconfig, strings.Split(*names, ","), *clusterNS, *workers, float32(*qps), *burst); err != nil {
 		fmt.Fprintln(os.Stderr, "cm-controllers:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig string, names []string, clusterNS string, workers int) error {
+func run(kubeconfig string, names []string, clusterNS string, workers int, qps float32, burst int) error {
 	if kubeconfig == "" {
 		return fmt.Errorf("-kubeconfig is required")
 	}
@@ -67,8 +71,10 @@ func run(kubeconfig string, names []string, clusterNS string, workers int) error
 	defer stop()
 	ctx = logf.NewContext(ctx, logf.Log)
 	factory, err := controller.NewContextFactory(ctx, controller.ContextOptions{
-		Kubeconfig:    kubeconfig,
-		IssuerOptions: controller.IssuerOptions{ClusterResourceNamespace: clusterNS},
+		Kubeconfig:         kubeconfig,
+		KubernetesAPIQPS:   qps,
+		KubernetesAPIBurst: burst,
+		IssuerOptions:      controller.IssuerOptions{ClusterResourceNamespace: clusterNS},
 	})
 	if err != nil {
 		return err
