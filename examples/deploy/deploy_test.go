@@ -15,8 +15,9 @@ limitations under the License.
 */
 
 // Package deploy holds what an operator applies to run the example driver (examples/csi-driver):
-// the CSIDriver, the DaemonSet, the service account and its RBAC, the admission policy for the
-// pod condition, the alerts and a dashboard. Its tests decode every manifest strictly and check
+// the CSIDriver, the DaemonSet, the service account and its RBAC, the admission policies for the
+// pod condition and for node-bound issuance, the example approver (examples/approver) with its
+// RBAC, the alerts and a dashboard. Its tests decode every manifest strictly and check
 // that the alerts and the dashboard name only series the library emits; the integration tier
 // has a real kube-apiserver accept the manifests, and the nested module promql parses every
 // expression with Prometheus's own parser.

@@ -196,7 +196,10 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	results = append(results, c.storyDenial(ctx))
 	readiness, readinessFigures := c.storyReadiness(ctx, gatePods)
 	results = append(results, readiness)
+	nodeBound, nodeBoundFigures := c.storyNodeBound(ctx)
+	results = append(results, nodeBound)
 	slices.SortStableFunc(results, func(a, b result) int { return strings.Compare(a.story, b.story) })
+	defer printNodeBoundFigures(nodeBoundFigures)
 	defer printReadinessFigures(readinessFigures)
 	defer printGateFigures(figures)
 	return results, nil
@@ -206,12 +209,12 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 func buildBinaries(ctx context.Context, dir string) error {
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", dir+"/",
-		"./test/e2e/pause", "./test/e2e/checker", "./examples/csi-driver")
+		"./test/e2e/pause", "./test/e2e/checker", "./examples/csi-driver", "./examples/approver")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the e2e binaries: %v: %s", err, out)
 	}
-	logf("built pause, checker and driver in %v", time.Since(start).Round(100*time.Millisecond))
+	logf("built pause, checker, driver and approver in %v", time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
 
