@@ -75,7 +75,9 @@ type CertificateRequestBundle struct {
 	IssuerRef cmmeta.IssuerReference
 	// Duration is the requested certificate lifetime; zero leaves it to the issuer.
 	Duration time.Duration
-	// Annotations are copied onto the CertificateRequest.
+	// Annotations are copied onto the CertificateRequest, beside the node's and the pod's names
+	// (the keys in package approval), which the manager adds; setting one of those keys to
+	// another value than the manager's fails the attempt before anything is created.
 	Annotations map[string]string
 }
 
@@ -102,7 +104,10 @@ type Options struct {
 	// deleted. Default (zero): 1. Negative is an error.
 	MaxRequestsPerVolume int
 
-	// NodeID identifies this node; its hash labels every CertificateRequest. Required.
+	// NodeID identifies this node; its hash labels every CertificateRequest, and every request
+	// names it in the annotation approval.NodeNameAnnotationKey. Set it to the Kubernetes node
+	// name: the node-bound admission policy and approval check compare it with the node of the
+	// creating token and of the pod. Required.
 	NodeID string
 
 	// GeneratePrivateKey, GenerateRequest, SignRequest and WriteKeypair implement issuance for
