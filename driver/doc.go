@@ -31,7 +31,9 @@ limitations under the License.
 // Aborted for a busy volume and for a pod that is terminating (kubelet then unpublishes),
 // Unknown with upstream's message for a volume not ready to request, DeadlineExceeded when the
 // first certificate does not arrive before the call's deadline (the request stays pending and
-// kubelet's retry resumes it), Unknown with the manager's error when issuance fails for certain
-// (denied, failed, refused by the apiserver), as upstream answers, and Internal for local
-// failures (storage, mounts).
+// kubelet's retry resumes it), PermissionDenied when the apiserver refused a call the library
+// needs with 403 Forbidden (manager.ErrPermissionDenied; the text names the verb, the resource
+// and the account), Unknown with the manager's error when issuance fails for certain otherwise
+// (denied, failed, invalid), as upstream answers, and Internal for local failures (storage,
+// mounts).
 package driver

@@ -187,7 +187,7 @@ func (ns *nodeServer) lockVolume(ctx context.Context, id string) (func(), error)
 
 // obtainCertificate makes sure the volume has a certificate before it is mounted
 // (Manager.ManageVolumeForPublish): a definite failure reaches kubelet as Unknown with the
-// manager's text, a closed readiness gate as Unknown with the text drivers match on (unless
+// manager's text (PermissionDenied where the apiserver refused a call), a closed readiness gate as Unknown with the text drivers match on (unless
 // ContinueOnNotReady hands the volume to the background loop), and a deadline that passes first
 // as DeadlineExceeded: the request stays pending and kubelet's retry resumes it. A pod that is
 // terminating (manager.ErrPodTerminating) gets Aborted at once, which makes kubelet unpublish.
@@ -202,6 +202,9 @@ func (ns *nodeServer) obtainCertificate(ctx context.Context, id string, stored m
 	case errors.Is(err, manager.ErrPodTerminating):
 		// A code kubelet takes as "maybe mounted": it unpublishes the volume, and the pod goes.
 		return status.Errorf(codes.Aborted, "not publishing volume %q: %v", id, err)
+	case errors.Is(err, manager.ErrPermissionDenied):
+		// Final for kubelet, as Unknown is; the text names the verb, resource and account.
+		return status.Error(codes.PermissionDenied, err.Error())
 	case ctx.Err() != nil:
 		return status.Errorf(codes.DeadlineExceeded, "waiting for the certificate of volume %q: %v", id, err)
 	default:

@@ -64,10 +64,20 @@ type driverFuncs struct {
 	signRequest        SignRequestFunc
 	clientForMetadata  ClientForMetadataFunc
 	writeKeypair       WriteKeypairFunc
+	// createAccount names the account of clientForMetadata's clients in a refusal's text:
+	// driverAccount by default, podAccount when the driver set ClientForMetadata.
+	createAccount string
 }
 
-func driverFuncsOf(o Options) driverFuncs {
+// driverFuncsOf takes the driver's functions from the completed options; ownCreates says the
+// driver left ClientForMetadata unset, so that its own client creates the requests.
+func driverFuncsOf(o Options, ownCreates bool) driverFuncs {
+	createAccount := podAccount
+	if ownCreates {
+		createAccount = driverAccount
+	}
 	return driverFuncs{
+		createAccount:      createAccount,
 		readyToRequest:     o.ReadyToRequest,
 		generatePrivateKey: o.GeneratePrivateKey,
 		generateRequest:    o.GenerateRequest,
@@ -256,7 +266,7 @@ func (a *attempt) issue(ctx context.Context) error {
 	// ours without it.
 	reqKey := requestKey(req.Namespace, req.Name)
 	iss.keys.remember(log, v.id, reqKey, key)
-	created, err := iss.requests.create(ctx, client, req)
+	created, err := iss.requests.create(ctx, client, iss.driver.createAccount, req)
 	if err != nil {
 		if createOutcomeUnknown(err) {
 			// The request may exist: its key and the request as sent stay held, and it is settled
@@ -336,7 +346,7 @@ func (a *attempt) settle(ctx context.Context, log logr.Logger, meta metadata.Met
 		return nil, fmt.Errorf("building client for volume: %w", driverErr)
 	}
 	reqKey := requestKey(sent.Namespace, sent.Name)
-	got, err := iss.requests.settle(ctx, client, sent, created)
+	got, err := iss.requests.settle(ctx, client, iss.driver.createAccount, sent, created)
 	switch {
 	case err == nil:
 		a.seenIfCached(reqKey)

@@ -40,9 +40,13 @@ const (
 	// EventReasonCertificateRenewed (Normal): a renewal was written, with the new expiry.
 	EventReasonCertificateRenewed = "CertificateRenewed"
 	// EventReasonCertificateRequestFailed (Warning): an attempt failed with an issuance error
-	// (denied, failed, refused by the apiserver, timed out), with the reason and when the next
-	// attempt is due. One per failed attempt, so one per backoff step in a long outage.
+	// (denied, failed, invalid, timed out), with the reason and when the next attempt is due.
+	// One per failed attempt, so one per backoff step in a long outage.
 	EventReasonCertificateRequestFailed = "CertificateRequestFailed"
+	// EventReasonPermissionDenied (Warning): an attempt failed because the apiserver refused a
+	// call the library needs (ErrPermissionDenied), naming the verb, the resource and the
+	// account, and when the next attempt is due; otherwise as CertificateRequestFailed.
+	EventReasonPermissionDenied = "PermissionDenied"
 	// EventReasonReadinessGatePending (Normal): the readiness gate has said "not yet" for longer
 	// than GatePendingEventAfter, with the gate's reason; once per wait.
 	EventReasonReadinessGatePending = "ReadinessGatePending"
@@ -273,8 +277,11 @@ func (b *board) attemptFailed(v *volume, err error, next string) {
 		s.status.last = outcomeFailed
 		b.showConditionLocked(v, s)
 	})
-	b.recordEvent(v, corev1.EventTypeWarning, EventReasonCertificateRequestFailed,
-		"Issuing the certificate failed: %v; next attempt %s", err, next)
+	reason := EventReasonCertificateRequestFailed
+	if errors.Is(err, ErrPermissionDenied) {
+		reason = EventReasonPermissionDenied
+	}
+	b.recordEvent(v, corev1.EventTypeWarning, reason, "Issuing the certificate failed: %v; next attempt %s", err, next)
 }
 
 // gatePending shows that the gate said "not yet", and records the ReadinessGatePending event

@@ -52,7 +52,12 @@ type env struct {
 	started  int // managers started on client, for waitInformerLive
 	clock    *testkit.RecordingClock
 	client   *fake.Clientset
-	store    *storage.MemoryFS
+	// rbac is the manager's client when the test leaves Options.Client as client: the fake,
+	// authorised as the consumers' charts authorise the driver (testkit.ChartVerbs). A test
+	// that expects refusals sets allowRefusals; otherwise any refusal fails it.
+	rbac          *testkit.RBACClient
+	allowRefusals bool
+	store         *storage.MemoryFS
 	ca       *testkit.CA
 	registry *prometheus.Registry
 	m        *Manager
@@ -143,6 +148,15 @@ func newEnv(t *testing.T, configure func(*Options)) *env {
 
 func (e *env) start() *Manager {
 	e.t.Helper()
+	if c, ok := e.opts.Client.(*fake.Clientset); ok && c == e.client {
+		e.rbac = testkit.WithRBAC(e.client, testkit.DriverAccount, testkit.ChartVerbs...)
+		e.opts.Client = e.rbac
+		e.t.Cleanup(func() {
+			if n := e.rbac.RefusedTotal(); n > 0 && !e.allowRefusals {
+				e.t.Errorf("the manager made calls beyond the charts' verbs: %v", e.rbac)
+			}
+		})
+	}
 	m, err := NewManager(e.opts)
 	if err != nil {
 		e.t.Fatal(err)

@@ -18,6 +18,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -55,6 +56,7 @@ type Manager struct {
 // its cache, and resumes management of every stored volume whose metadata says it is mounted.
 // A volume whose metadata cannot be read is logged and skipped.
 func NewManager(opts Options) (*Manager, error) {
+	ownCreates := opts.ClientForMetadata == nil
 	opts, err := opts.complete()
 	if err != nil {
 		return nil, err
@@ -66,7 +68,7 @@ func NewManager(opts Options) (*Manager, error) {
 			log:                  log,
 			clock:                opts.Clock,
 			store:                opts.MetadataReader,
-			driver:               driverFuncsOf(opts),
+			driver:               driverFuncsOf(opts, ownCreates),
 			maxRequestsPerVolume: opts.MaxRequestsPerVolume,
 			jitter:               opts.RenewalJitter,
 			keys:                 newPendingKeys(log, opts.MetadataReader),
@@ -93,7 +95,11 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	m.table = newVolumeTable(stateGauge(opts.Metrics, nodeHash))
 	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.newestNotAfter, conditions)
-	if err := m.requests.start(m.life.ctx); err != nil {
+	checkAccess(m.life.ctx, opts.Client.Discovery().RESTClient(), requiredAccess(opts, ownCreates), log)
+	if err := m.requests.start(m.life.ctx); errors.Is(err, ErrPermissionDenied) {
+		// Never a reason not to start: publishes answer PermissionDenied until it is granted.
+		log.Error(err, "The CertificateRequest informer cannot sync; every issuance fails until the permission is granted")
+	} else if err != nil {
 		m.Stop()
 		return nil, err
 	}

@@ -283,7 +283,7 @@ func (p *podConditions) sync(uid types.UID) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
+			return fmt.Errorf("reading pod %s/%s: %w", namespace, name, refusal(err, "get", podsResource, namespace, driverAccount))
 		}
 		if pod.DeletionTimestamp != nil {
 			p.podEnding(uid)
@@ -313,7 +313,7 @@ func (p *podConditions) sync(uid types.UID) error {
 		return nil
 	case err != nil:
 		p.learnUnknown(uid)
-		return fmt.Errorf("patching the status of pod %s/%s: %w", namespace, name, err)
+		return fmt.Errorf("patching the status of pod %s/%s: %w", namespace, name, refusal(err, "patch", podStatusResource, namespace, driverAccount))
 	}
 	p.learn(uid, &want)
 	log.V(2).Info("Pod condition written", "type", p.typ, "status", want.Status, "reason", want.Reason)

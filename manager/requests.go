@@ -35,6 +35,7 @@ import (
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -74,10 +75,12 @@ const (
 // waits for and deletes a volume's requests. It reads the apiserver past its cache only to
 // settle a create whose outcome is unknown, when a delete shows the cache stale, and, one request
 // per waiter within a node-wide bound, while its watch is suspect; never a list of everything.
-// What else must happen when a request shows up in the cache or is gone (its private key
-// dropped) is the seen and deleted callbacks' business.
+// Every call it makes with the driver's own client uses the verbs the consumers' charts grant
+// (list, watch, delete, and create where the driver creates): a request is read by name with a
+// list that selects the name, never a get. What else must happen when a request shows up in the
+// cache or is gone (its private key dropped) is the seen and deleted callbacks' business.
 type requests struct {
-	client   cmclient.Interface // deletes requests
+	client   cmclient.Interface // the driver's own client: lists, watches, reads and deletes requests
 	clock    clock.Clock
 	nodeName string // Options.NodeID, named on every request
 	nodeHash string
@@ -102,6 +105,11 @@ type requests struct {
 	// directReads.
 	watchSuspect bool
 	directReads  *rate.Limiter
+	// informerRefused holds, by verb (list, watch), the apiserver's refusal of the informer's
+	// last call of that verb; a call that succeeds clears its verb. accessChanged is closed, and
+	// replaced, whenever it changes.
+	informerRefused map[string]error
+	accessChanged   chan struct{}
 }
 
 // newRequests sets up the informer on the node's requests; start runs it.
@@ -116,17 +124,24 @@ func newRequests(client cmclient.Interface, clk clock.Clock, nodeName, nodeHash 
 		created:     make(map[string]uint64),
 		watchers:    make(map[string]map[chan struct{}]struct{}),
 		directReads: rate.NewLimiter(directReadRate, directReadBurst),
+
+		informerRefused: make(map[string]error),
+		accessChanged:   make(chan struct{}),
 	}
 	selector := labels.SelectorFromSet(labels.Set{api.NodeIDHashLabelKey: nodeHash}).String()
 	crs := client.CertmanagerV1().CertificateRequests(metav1.NamespaceAll)
 	lw := watchend.Observe(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
-			return crs.List(ctx, o)
+			list, err := crs.List(ctx, o)
+			r.noteInformerCall("list", err)
+			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = selector
-			return crs.Watch(ctx, o)
+			w, err := crs.Watch(ctx, o)
+			r.noteInformerCall("watch", err)
+			return w, err
 		},
 	}, watchend.Observer{Opened: r.watchLive, Delivered: r.watchLive, Ended: r.suspectWatch})
 	r.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
@@ -148,7 +163,10 @@ func newRequests(client cmclient.Interface, clk clock.Clock, nodeName, nodeHash 
 	return r, nil
 }
 
-// start runs the informer until ctx ends and waits for its cache to sync.
+// start runs the informer until ctx ends and waits for its cache to sync. An error matching
+// ErrPermissionDenied says the apiserver refuses the informer's list or watch: the informer goes
+// on trying (on client-go's reflector backoff, up to 30 s between tries) and syncs once the
+// permission is granted.
 func (r *requests) start(ctx context.Context) error {
 	r.informerDone = make(chan struct{})
 	go func() {
@@ -168,15 +186,66 @@ func (r *requests) shutdown() {
 	}
 }
 
-// waitForSync waits until the informer has synced or ctx ends. It reacts to the informer's own
-// signal; no timer is involved.
+// waitForSync waits until the informer has synced or ctx ends, and ends at once with the
+// apiserver's refusal (matching ErrPermissionDenied) while it refuses the informer's list or
+// watch and the cache has not synced. It reacts to the informer's own signal; no timer is
+// involved.
 func (r *requests) waitForSync(ctx context.Context) error {
-	select {
-	case <-r.informer.HasSyncedChecker().Done():
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	for {
+		refused, changed := r.informerAccess()
+		select {
+		case <-r.informer.HasSyncedChecker().Done():
+			return nil
+		default:
+		}
+		if refused != nil {
+			return refused
+		}
+		select {
+		case <-r.informer.HasSyncedChecker().Done():
+			return nil
+		case <-changed:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}
+}
+
+// noteInformerCall records the outcome of one of the informer's calls (verb list or watch): a
+// refusal is kept until a call of that verb succeeds.
+func (r *requests) noteInformerCall(verb string, err error) {
+	refused := refusal(err, verb, certificateRequestsResource, "", driverAccount)
+	if refused != nil && !errors.Is(refused, ErrPermissionDenied) {
+		return // another failure: the reflector retries; the watch's suspicion covers it
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if (r.informerRefused[verb] == nil) == (refused == nil) {
+		if refused != nil {
+			r.informerRefused[verb] = refused
+		}
+		return
+	}
+	if refused == nil {
+		delete(r.informerRefused, verb)
+	} else {
+		r.informerRefused[verb] = refused
+	}
+	close(r.accessChanged)
+	r.accessChanged = make(chan struct{})
+}
+
+// informerAccess returns a refusal of the informer's calls, if one stands (list first), and a
+// channel closed when that changes.
+func (r *requests) informerAccess() (refused error, changed <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, verb := range []string{"list", "watch"} {
+		if err := r.informerRefused[verb]; err != nil {
+			return err, r.accessChanged
+		}
+	}
+	return nil, r.accessChanged
 }
 
 func indexByVolumeHash(obj any) ([]string, error) {
@@ -327,9 +396,10 @@ func (r *requests) originAnnotations(meta metadata.Metadata, fromBundle map[stri
 	return annotations, nil
 }
 
-// create creates req with client, recording its place in this process's creation order first
-// (kept when the create's outcome is unknown).
-func (r *requests) create(ctx context.Context, client cmclient.Interface, req *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
+// create creates req with client, whose account who names (driverAccount, podAccount) for a
+// refusal's text, recording its place in this process's creation order first (kept when the
+// create's outcome is unknown).
+func (r *requests) create(ctx context.Context, client cmclient.Interface, who string, req *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
 	reqKey := requestKey(req.Namespace, req.Name)
 	r.noteCreated(reqKey)
 	created, err := client.CertmanagerV1().CertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
@@ -338,9 +408,29 @@ func (r *requests) create(ctx context.Context, client cmclient.Interface, req *c
 		if !createOutcomeUnknown(err) {
 			r.forgetOrder(reqKey)
 		}
-		return nil, fmt.Errorf("creating CertificateRequest: %w", err)
+		return nil, fmt.Errorf("creating CertificateRequest: %w", refusal(err, "create", certificateRequestsResource, req.Namespace, who))
 	}
 	return created, nil
+}
+
+// readByName reads one request from the apiserver with the driver's own client, as a list that
+// selects its name (the consumers' charts grant list, not get); a request the apiserver does not
+// have is a NotFound error, a refusal matches ErrPermissionDenied. The name is checked here too:
+// a fake clientset ignores field selectors.
+func (r *requests) readByName(ctx context.Context, namespace, name string) (*cmapi.CertificateRequest, error) {
+	list, err := r.client.CertmanagerV1().CertificateRequests(namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
+	})
+	if err != nil {
+		r.noteCallFailed(err)
+		return nil, refusal(err, "list", certificateRequestsResource, namespace, driverAccount)
+	}
+	for i := range list.Items {
+		if list.Items[i].Name == name && list.Items[i].Namespace == namespace {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, apierrors.NewNotFound(cmapi.Resource("certificaterequests"), name)
 }
 
 // createOutcomeUnknown reports whether a failed create may nevertheless have created the
@@ -375,24 +465,25 @@ var errStillUnknown = errors.New("the outcome of creating the CertificateRequest
 
 // settle finds the request this process created (created is true) or may have created (the
 // create's outcome is unknown), which the cache did not show: from the cache if it shows it now;
-// else by reading it from the apiserver (a read can be repeated without risk); and if the
-// apiserver does not have it, errRequestGone for a request created for certain, else by creating
-// it again under the same name, where AlreadyExists means the first create arrived meanwhile. A
-// request read from the apiserver must be the one sent (same labels and CSR). It returns the
-// request as the apiserver holds it; errRequestGone if it was created and deleted since; an error
-// matching errStillUnknown if no answer settled it (a broken or refused connection, a 5xx, a
-// 429); any other error says why the request can never be settled.
-func (r *requests) settle(ctx context.Context, client cmclient.Interface, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
+// else by reading it from the apiserver (readByName, with the driver's own client: a read can be
+// repeated without risk); and if the apiserver does not have it, errRequestGone for a request
+// created for certain, else by creating it again under the same name with client (whose account
+// who names), where AlreadyExists means the first create arrived meanwhile. A request read from
+// the apiserver must be the one sent (same labels and CSR). It returns the request as the
+// apiserver holds it; errRequestGone if it was created and deleted since; an error matching
+// errStillUnknown if no answer settled it (a broken or refused connection, a 5xx, a 429, a
+// refused read, which also matches ErrPermissionDenied); any other error says why the request can
+// never be settled.
+func (r *requests) settle(ctx context.Context, client cmclient.Interface, who string, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
 	if cached, err := r.lister.CertificateRequests(sent.Namespace).Get(sent.Name); err == nil {
 		return cached, nil
 	}
-	crs := client.CertmanagerV1().CertificateRequests(sent.Namespace)
-	got, err := crs.Get(ctx, sent.Name, metav1.GetOptions{})
+	got, err := r.readByName(ctx, sent.Namespace, sent.Name)
 	if apierrors.IsNotFound(err) && created {
 		return nil, errRequestGone
 	}
 	if apierrors.IsNotFound(err) {
-		again, createErr := r.create(ctx, client, sent.DeepCopy())
+		again, createErr := r.create(ctx, client, who, sent.DeepCopy())
 		switch {
 		case createErr == nil:
 			return again, nil
@@ -404,13 +495,12 @@ func (r *requests) settle(ctx context.Context, client cmclient.Interface, sent *
 			r.noteCreated(requestKey(sent.Namespace, sent.Name))
 			return nil, fmt.Errorf("%w: %w", errStillUnknown, createErr)
 		}
-		if got, err = crs.Get(ctx, sent.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		if got, err = r.readByName(ctx, sent.Namespace, sent.Name); apierrors.IsNotFound(err) {
 			return nil, errRequestGone
 		}
 	}
 	switch {
 	case err != nil:
-		r.noteCallFailed(err)
 		return nil, fmt.Errorf("%w: reading CertificateRequest %s/%s: %w", errStillUnknown, sent.Namespace, sent.Name, err)
 	case !maps.Equal(got.Labels, sent.Labels) || !bytes.Equal(got.Spec.Request, sent.Spec.Request):
 		return nil, fmt.Errorf("CertificateRequest %s/%s exists but is not the request this volume sent", sent.Namespace, sent.Name)
@@ -440,7 +530,8 @@ func (r *requests) delete(ctx context.Context, req *cmapi.CertificateRequest) er
 	err := r.client.CertmanagerV1().CertificateRequests(req.Namespace).Delete(ctx, req.Name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		r.noteCallFailed(err)
-		return fmt.Errorf("deleting stale CertificateRequest %s/%s: %w", req.Namespace, req.Name, err)
+		return fmt.Errorf("deleting stale CertificateRequest %s/%s: %w", req.Namespace, req.Name,
+			refusal(err, "delete", certificateRequestsResource, req.Namespace, driverAccount))
 	}
 	r.forgetOrder(requestKey(req.Namespace, req.Name))
 	if err != nil {
@@ -460,7 +551,8 @@ func (r *requests) forVolumeFromAPIServer(ctx context.Context, volumeID string) 
 	list, err := r.client.CertmanagerV1().CertificateRequests("").List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		r.noteCallFailed(err)
-		return nil, fmt.Errorf("listing CertificateRequests of volume from the apiserver: %w", err)
+		return nil, fmt.Errorf("listing CertificateRequests of volume from the apiserver: %w",
+			refusal(err, "list", certificateRequestsResource, "", driverAccount))
 	}
 	reqs := make([]*cmapi.CertificateRequest, 0, len(list.Items))
 	for i := range list.Items {
@@ -514,6 +606,8 @@ func (r *requests) wait(ctx context.Context, read *cmapi.CertificateRequest) (re
 	inCache := false
 	lastReason := "request not yet in the informer cache"
 	direct := read // the last read past the cache, newer than the cache's copy while it lags
+	// directRefused: the apiserver refused a direct read; the wait relies on the cache alone.
+	directRefused := false
 	var pollTimer clock.Timer
 	defer func() {
 		if pollTimer != nil {
@@ -546,7 +640,7 @@ func (r *requests) wait(ctx context.Context, read *cmapi.CertificateRequest) (re
 			defer t.Stop()
 			retry = t.C()
 		}
-		switch suspect := r.isWatchSuspect(); {
+		switch suspect := r.isWatchSuspect() && !directRefused; {
 		case suspect && pollTimer == nil:
 			pollTimer = r.clock.NewTimer(directReadInterval)
 			poll = pollTimer.C()
@@ -561,13 +655,14 @@ func (r *requests) wait(ctx context.Context, read *cmapi.CertificateRequest) (re
 		case <-retry:
 		case <-poll:
 			pollTimer = nil
-			got, gone := r.readDirect(ctx, namespace, name)
+			got, gone, err := r.readDirect(ctx, namespace, name)
 			if gone && (inCache || direct != nil) {
 				return nil, true, deletedWhileWaiting(name)
 			}
 			if got != nil {
 				direct = got
 			}
+			directRefused = errors.Is(err, ErrPermissionDenied)
 		case <-ctx.Done():
 			return nil, false, &waitError{reason: lastReason, cause: context.Cause(ctx)}
 		}
@@ -582,21 +677,21 @@ func deletedWhileWaiting(name string) error {
 	return fmt.Errorf("request %q was deleted before it was issued (%w)", name, ErrPodTerminating)
 }
 
-// readDirect reads a request from the apiserver, if the node-wide bound on direct reads allows
-// one now. gone is true when the apiserver does not have it.
-func (r *requests) readDirect(ctx context.Context, namespace, name string) (req *cmapi.CertificateRequest, gone bool) {
+// readDirect reads a request from the apiserver (readByName), if the node-wide bound on direct
+// reads allows one now. gone is true when the apiserver does not have it; err is any other
+// failure.
+func (r *requests) readDirect(ctx context.Context, namespace, name string) (req *cmapi.CertificateRequest, gone bool, err error) {
 	if !r.directReads.AllowN(r.clock.Now(), 1) {
-		return nil, false
+		return nil, false, nil
 	}
-	req, err := r.client.CertmanagerV1().CertificateRequests(namespace).Get(ctx, name, metav1.GetOptions{})
+	req, err = r.readByName(ctx, namespace, name)
 	switch {
 	case err == nil:
-		return req, false
+		return req, false, nil
 	case apierrors.IsNotFound(err):
-		return nil, true
+		return nil, true, nil
 	default:
-		r.noteCallFailed(err)
-		return nil, false
+		return nil, false, err
 	}
 }
 

@@ -1,0 +1,309 @@
+/*
+Copyright 2026 The csi-lib fork authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/test/testkit"
+)
+
+// chartEnv is a manager whose own client holds the given verbs on certificaterequests (the
+// charts' by default) and whose refusals the test expects.
+func chartEnv(t *testing.T, verbs []string, configure func(*Options)) (*env, *testkit.RBACClient) {
+	e := newEnv(t, configure)
+	e.allowRefusals = true
+	rbac := testkit.WithRBAC(e.client, testkit.DriverAccount, verbs...)
+	e.opts.Client = rbac
+	return e, rbac
+}
+
+// TestRefusedCreateIsPermissionDenied: a create the apiserver refuses fails the attempt with
+// an error matching ErrPermissionDenied that names the verb, the resource, the namespace and the
+// account; it counts as an issuance error, records a PermissionDenied event, and creates nothing.
+func TestRefusedCreateIsPermissionDenied(t *testing.T) {
+	rec := &refRecorder{FakeRecorder: record.NewFakeRecorder(1000)}
+	e, rbac := chartEnv(t, []string{"watch", "list", "delete"}, func(o *Options) { o.EventRecorder = rec })
+	e.register("v1", false)
+	m := e.start()
+	_, err := m.ManageVolumeImmediate(context.Background(), "v1")
+	if !errors.Is(err, ErrPermissionDenied) {
+		t.Fatalf("error %v does not match ErrPermissionDenied", err)
+	}
+	for _, want := range []string{"create", "certificaterequests.cert-manager.io", `namespace "ns"`, testkit.DriverAccount} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if n := len(e.requests()); n != 0 {
+		t.Errorf("%d requests exist after a refused create", n)
+	}
+	if n := e.counter("certmanager_csi_issue_errors_total", "v1"); n != 1 {
+		t.Errorf("issue errors %v, want 1", n)
+	}
+	if ev := nextEvent(t, rec, EventReasonPermissionDenied); !strings.Contains(ev, "create certificaterequests.cert-manager.io") {
+		t.Errorf("event %q does not say what was refused", ev)
+	}
+	if got := rbac.Refused(); got["create"] != 1 || len(got) != 1 {
+		t.Errorf("refused calls %v, want one create", got)
+	}
+}
+
+// TestPodTokenModeCreatesOnlyWithThePodsClient: in token mode the pod's account may only create
+// and the driver's may not create at all; a create whose response is lost is still settled
+// (read with the driver's list), one request for the issuance, nothing refused. A pod's
+// refused create names the pod's account.
+func TestPodTokenModeCreatesOnlyWithThePodsClient(t *testing.T) {
+	var pod *testkit.RBACClient
+	e, driverRBAC := chartEnv(t, []string{"watch", "list", "delete"}, func(o *Options) {
+		o.ClientForMetadata = func(metadata.Metadata) (cmclient.Interface, error) { return pod, nil }
+	})
+	pod = testkit.WithRBAC(e.client, testkit.PodAccount, "create")
+	sentName := loseCreates(e, 1, true)
+	e.register("v1", false)
+	e.start()
+	done := e.manageInBackground("v1")
+	e.issuePending()
+	if err := <-done; err != nil {
+		t.Fatalf("publish after a lost create response in token mode: %v", err)
+	}
+	if reqs := e.requests(); len(reqs) != 1 || reqs[0].Name != sentName() {
+		t.Fatalf("%d requests, want only %s", len(reqs), sentName())
+	}
+	if driverRBAC.RefusedTotal()+pod.RefusedTotal() != 0 {
+		t.Fatalf("calls beyond the charts' verbs: %v; %v", driverRBAC, pod)
+	}
+
+	pod.Revoke("create")
+	e.register("v2", false)
+	_, err := e.m.ManageVolumeImmediate(context.Background(), "v2")
+	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), testkit.PodAccount) || !strings.Contains(err.Error(), "ClientForMetadata") {
+		t.Fatalf("a pod's refused create: %v", err)
+	}
+}
+
+// TestRefusedListStartsAndSaysSo: when the apiserver refuses the informer's list, NewManager
+// still returns (it never refuses to start), each attempt fails at once with the refusal
+// (matching ErrPermissionDenied, naming list), and once list is granted the informer syncs on
+// its own retry and issuance works.
+func TestRefusedListStartsAndSaysSo(t *testing.T) {
+	e, rbac := chartEnv(t, []string{"watch", "create", "delete"}, nil)
+	e.register("v1", false)
+	started := make(chan *Manager, 1)
+	go func() {
+		m, err := NewManager(e.opts)
+		if err != nil {
+			t.Error(err)
+		}
+		started <- m
+	}()
+	var m *Manager
+	select {
+	case m = <-started:
+	case <-time.After(pollTimeout):
+		t.Fatal("NewManager did not return while the informer's list is refused")
+	}
+	if m == nil {
+		t.FailNow()
+	}
+	e.m = m
+	t.Cleanup(m.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+	defer cancel()
+	_, err := m.ManageVolumeImmediate(ctx, "v1")
+	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), "list certificaterequests.cert-manager.io in all namespaces") {
+		t.Fatalf("attempt while list is refused: %v", err)
+	}
+	m.UnmanageVolume("v1")
+	if n := len(e.requests()); n != 0 {
+		t.Fatalf("%d requests created while the cache cannot sync", n)
+	}
+	refusedBefore := rbac.Refused()["list"]
+
+	// The informer retries on client-go's reflector backoff (wall clock, from 800 ms): a bounded
+	// poll for its sync.
+	rbac.Grant("list")
+	e.poll("the informer to sync once list is granted", func() bool { return m.requests.informer.HasSynced() })
+	if refusedBefore > 3 {
+		t.Errorf("the informer's list was refused %d times before it was granted: a tight loop", refusedBefore)
+	}
+	e.started++
+	e.waitInformerLive()
+	e.manageAndIssue("v1")
+}
+
+// accessServer answers SelfSubjectAccessReviews (and /version) on a loopback server, allowing
+// exactly the given "resource verb" pairs.
+func accessServer(t *testing.T, allowed ...string) *rest.Config {
+	allow := map[string]bool{}
+	for _, a := range allowed {
+		allow[a] = true
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/version" {
+			_, _ = w.Write([]byte(`{"major":"1","minor":"36"}`))
+			return
+		}
+		if r.Method != http.MethodPost || r.URL.Path != "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" {
+			http.NotFound(w, r)
+			return
+		}
+		var review authorizationv1.SelfSubjectAccessReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Spec.ResourceAttributes == nil {
+			http.Error(w, "bad review", http.StatusBadRequest)
+			return
+		}
+		ra := review.Spec.ResourceAttributes
+		resource := ra.Resource
+		if ra.Subresource != "" {
+			resource += "/" + ra.Subresource
+		}
+		review.Status.Allowed = ra.Namespace == "" && allow[resource+" "+ra.Verb]
+		_ = json.NewEncoder(w).Encode(&review)
+	}))
+	t.Cleanup(srv.Close)
+	return &rest.Config{Host: srv.URL}
+}
+
+// accessClient is a cert-manager client whose discovery (and so the start-up access check) goes
+// to cfg's server, and everything else to client.
+type accessClient struct {
+	*testkit.RBACClient
+	discovery discovery.DiscoveryInterface
+}
+
+func (c accessClient) Discovery() discovery.DiscoveryInterface { return c.discovery }
+
+// logLines is a logger that keeps every line.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+" "+args)
+	}, funcr.Options{})
+}
+
+func (l *logLines) matching(s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestStartUpNamesEachMissingRule: at start the manager asks the apiserver whether its account
+// holds each permission its options need, and logs one error line per rule with a verb missing,
+// in the form pasted into a ClusterRole; it starts all the same.
+func TestStartUpNamesEachMissingRule(t *testing.T) {
+	cfg := accessServer(t,
+		"certificaterequests watch", "certificaterequests create", "certificaterequests delete",
+		"events create", "pods get")
+	lines := &logLines{}
+	log := lines.logger()
+	kube := fake.NewClientset()
+	e, rbac := chartEnv(t, testkit.ChartVerbs, func(o *Options) {
+		o.Log = &log
+		o.EventRecorder = record.NewFakeRecorder(1000)
+		o.PodCondition = &PodCondition{Type: "example.com/certificates", Client: kube.CoreV1()}
+	})
+	e.opts.Client = accessClient{RBACClient: rbac, discovery: discovery.NewDiscoveryClientForConfigOrDie(cfg)}
+	e.start()
+
+	got := lines.matching("add this rule to its ClusterRole")
+	want := []string{
+		`"rule"="- {apiGroups: ['cert-manager.io'], resources: ['certificaterequests'], verbs: ['list']}" "needed_for"="the manager"`,
+		`"rule"="- {apiGroups: [''], resources: ['events'], verbs: ['patch']}" "needed_for"="Options.EventRecorder"`,
+		`"rule"="- {apiGroups: [''], resources: ['pods/status'], verbs: ['patch']}" "needed_for"="Options.PodCondition"`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d lines naming a missing rule, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if !strings.Contains(got[i], want[i]) {
+			t.Errorf("line %d:\n%s\nwant it to contain\n%s", i, got[i], want[i])
+		}
+	}
+}
+
+// TestStartUpCheckIsQuietWhenEverythingIsGranted: with every permission held, no line names a
+// missing rule; in token mode (ClientForMetadata set) create is not asked for the driver.
+func TestStartUpCheckIsQuietWhenEverythingIsGranted(t *testing.T) {
+	cfg := accessServer(t, "certificaterequests watch", "certificaterequests list", "certificaterequests delete")
+	lines := &logLines{}
+	log := lines.logger()
+	e, rbac := chartEnv(t, testkit.ChartVerbs, func(o *Options) {
+		o.Log = &log
+		client := o.Client
+		o.ClientForMetadata = func(metadata.Metadata) (cmclient.Interface, error) { return client, nil }
+	})
+	e.opts.Client = accessClient{RBACClient: rbac, discovery: discovery.NewDiscoveryClientForConfigOrDie(cfg)}
+	e.start()
+	if got := lines.matching("add this rule"); len(got) != 0 {
+		t.Fatalf("lines naming a missing rule with everything granted:\n%s", strings.Join(got, "\n"))
+	}
+	if got := lines.matching("Cannot check"); len(got) != 0 {
+		t.Fatalf("the check did not run: %s", got)
+	}
+}
+
+// TestRefusalNamesTheAccount: a refusal's text names the user the apiserver named and whose
+// client made the call; an error that is not a refusal is left as it is.
+func TestRefusalNamesTheAccount(t *testing.T) {
+	forbidden := apierrors.NewForbidden(cmapi.Resource("certificaterequests"), "req",
+		errors.New(`User "system:serviceaccount:a:b" cannot create resource "certificaterequests" in API group "cert-manager.io" in the namespace "ns"`))
+	err := refusal(fmt.Errorf("creating: %w", forbidden), "create", certificateRequestsResource, "ns", driverAccount)
+	if !errors.Is(err, ErrPermissionDenied) {
+		t.Fatalf("%v does not match ErrPermissionDenied", err)
+	}
+	want := `permission denied: the apiserver refused to let system:serviceaccount:a:b (the driver's account) create certificaterequests.cert-manager.io in namespace "ns": `
+	if !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("error\n%s\nwant prefix\n%s", err, want)
+	}
+	if other := errors.New("boom"); refusal(other, "create", "x", "", driverAccount) != other {
+		t.Fatal("an error that is not a refusal was changed")
+	}
+}
