@@ -48,20 +48,20 @@ const pollTimeout = 10 * time.Second
 
 // env is one manager on a fake clientset, a MemoryFS, and a recording fake clock.
 type env struct {
-	t        *testing.T
-	started  int // managers started on client, for waitInformerLive
-	clock    *testkit.RecordingClock
-	client   *fake.Clientset
+	t       *testing.T
+	started int // managers started on client, for waitInformerLive
+	clock   *testkit.RecordingClock
+	client  *fake.Clientset
 	// rbac is the manager's client when the test leaves Options.Client as client: the fake,
 	// authorised as the consumers' charts authorise the driver (testkit.ChartVerbs). A test
 	// that expects refusals sets allowRefusals; otherwise any refusal fails it.
 	rbac          *testkit.RBACClient
 	allowRefusals bool
 	store         *storage.MemoryFS
-	ca       *testkit.CA
-	registry *prometheus.Registry
-	m        *Manager
-	opts     Options
+	ca            *testkit.CA
+	registry      *prometheus.Registry
+	m             *Manager
+	opts          Options
 
 	gateOpen   atomic.Bool
 	gateCalls  atomic.Int64
