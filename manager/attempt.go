@@ -275,6 +275,9 @@ func (a *attempt) issue(ctx context.Context) error {
 			a.holdUntilSeen(reqKey, req, false)
 			log.Info("The outcome of creating a CertificateRequest is unknown; settling it", "request", req.Name, "namespace", req.Namespace, "error", err.Error())
 			settled, settleErr := a.settle(ctx, log, meta, req, false)
+			if errors.Is(settleErr, ErrPermissionDenied) {
+				return settleErr // what to fix, rather than the lost answer
+			}
 			if settleErr != nil || settled == nil {
 				return err
 			}

@@ -307,3 +307,24 @@ func TestRefusalNamesTheAccount(t *testing.T) {
 		t.Fatal("an error that is not a refusal was changed")
 	}
 }
+
+// TestRefusedSettlingReadIsPermissionDenied: a create lost before it reached the apiserver must
+// be settled by reading past the cache; when the apiserver refuses that list, the attempt fails
+// with the refusal (naming list), not with the lost answer, and the request stays held for the
+// next attempt.
+func TestRefusedSettlingReadIsPermissionDenied(t *testing.T) {
+	e, rbac := chartEnv(t, testkit.ChartVerbs, nil)
+	loseCreates(e, 1, false)
+	e.register("v1", false)
+	m := e.start()
+	rbac.Revoke("list")
+	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+	defer cancel()
+	_, err := m.ManageVolumeImmediate(ctx, "v1")
+	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), `list certificaterequests.cert-manager.io in namespace "ns"`) {
+		t.Fatalf("attempt whose settling read is refused: %v", err)
+	}
+	if _, ok := m.keys.unseenRequest("v1"); !ok {
+		t.Error("the request whose create's outcome is unknown is no longer held")
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
 	cminformers "github.com/cert-manager/cert-manager/pkg/client/informers/externalversions"
 	"github.com/prometheus/client_golang/prometheus"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -92,6 +94,39 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		if kinds[kind] == 0 {
 			t.Errorf("no %s among the manifests (%v)", kind, kinds)
 		}
+	}
+}
+
+// TestDriverRBACIsTheCharts: the driver's ClusterRole grants on CertificateRequests exactly the
+// verbs cert-manager csi-driver's and csi-driver-spiffe's charts grant (watch, create, delete,
+// list): the library needs nothing more, so a chart's existing RBAC runs it.
+func TestDriverRBACIsTheCharts(t *testing.T) {
+	found := false
+	for _, doc := range documents(t) {
+		if doc.file != "rbac.yaml" {
+			continue
+		}
+		obj, err := manifests.Decode(doc.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		role, ok := obj.(*rbacv1.ClusterRole)
+		if !ok {
+			continue
+		}
+		for _, rule := range role.Rules {
+			if !slices.Contains(rule.Resources, "certificaterequests") {
+				continue
+			}
+			found = true
+			got := slices.Sorted(slices.Values(rule.Verbs))
+			if want := []string{"create", "delete", "list", "watch"}; !slices.Equal(got, want) || !slices.Equal(rule.APIGroups, []string{"cert-manager.io"}) {
+				t.Errorf("ClusterRole %s grants %v on %v certificaterequests, want exactly %v on cert-manager.io", role.Name, rule.Verbs, rule.APIGroups, want)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("rbac.yaml has no ClusterRole rule on certificaterequests")
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
 	cmv1 "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/typed/certmanager/v1"
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -34,22 +35,30 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cert-manager/csi-lib/internal/api"
+	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
 	testdriver "github.com/cert-manager/csi-lib/test/driver"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
-// throttledClient is a fake clientset whose CertificateRequest creates, reads and deletes wait
-// for a token of one rate limiter under the caller's context, as client-go's client-side rate
-// limiter makes them wait (csi-driver configures 5 per second, burst 10). The informer's list
-// and watch are not throttled.
+// throttledClient is a client whose CertificateRequest creates, reads (gets and lists) and
+// deletes wait for a token of one rate limiter under the caller's context, as client-go's
+// client-side rate limiter makes them wait (csi-driver configures 5 per second, burst 10). The
+// informer's watch is not throttled.
 type throttledClient struct {
-	*fake.Clientset
+	cmclient.Interface
 	limiter *rate.Limiter
 }
 
 func (c throttledClient) CertmanagerV1() cmv1.CertmanagerV1Interface {
-	return throttledV1{CertmanagerV1Interface: c.Clientset.CertmanagerV1(), limiter: c.limiter}
+	return throttledV1{CertmanagerV1Interface: c.Interface.CertmanagerV1(), limiter: c.limiter}
+}
+
+// IsWatchListSemanticsUnSupported passes on the fake clientset's marker below, so that the
+// informer lists as it does on the fake itself.
+func (c throttledClient) IsWatchListSemanticsUnSupported() bool {
+	m, ok := c.Interface.(interface{ IsWatchListSemanticsUnSupported() bool })
+	return ok && m.IsWatchListSemanticsUnSupported()
 }
 
 type throttledV1 struct {
@@ -80,6 +89,13 @@ func (c throttledRequests) Get(ctx context.Context, name string, opts metav1.Get
 	return c.CertificateRequestInterface.Get(ctx, name, opts)
 }
 
+func (c throttledRequests) List(ctx context.Context, opts metav1.ListOptions) (*cmapi.CertificateRequestList, error) {
+	if err := c.limiter.Wait(ctx); err != nil {
+		return nil, fmt.Errorf("client rate limiter Wait returned an error: %w", err)
+	}
+	return c.CertificateRequestInterface.List(ctx, opts)
+}
+
 func (c throttledRequests) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
 	if err := c.limiter.Wait(ctx); err != nil {
 		return fmt.Errorf("client rate limiter Wait returned an error: %w", err)
@@ -102,14 +118,26 @@ type churnLedger struct {
 // still runs. Every volume gets exactly one request, a create never finds another request of its
 // volume still open, and no publish returns OK on a volume without its certificate. With a slow
 // watch (the informer's events 2 s late, so every first publish ends before its cache shows its
-// request) the same holds.
+// request) the same holds. The driver's client holds exactly the consumers' charts' verbs
+// (watch, create, delete, list: a get is refused with 403, as the apiserver refuses it); in the
+// pod-token variants the driver's client may not create and each pod's client may only create.
+// No call is refused and every publish ends with a certificate.
 func TestChurnMakesOneRequestPerVolume(t *testing.T) {
-	for name, lag := range map[string]time.Duration{"informer in step": 0, "slow watch": 2 * time.Second} {
-		t.Run(name, func(t *testing.T) { runChurn(t, 40, lag) })
+	for _, tc := range []struct {
+		name      string
+		lag       time.Duration
+		podTokens bool
+	}{
+		{"charts' verbs, informer in step", 0, false},
+		{"charts' verbs, slow watch", 2 * time.Second, false},
+		{"pod tokens, informer in step", 0, true},
+		{"pod tokens, slow watch", 2 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { runChurn(t, 40, tc.lag, tc.podTokens) })
 	}
 }
 
-func runChurn(t *testing.T, volumes int, watchLag time.Duration) {
+func runChurn(t *testing.T, volumes int, watchLag time.Duration, podTokens bool) {
 	gvr := cmapi.SchemeGroupVersion.WithResource("certificaterequests")
 	fakeClient := fake.NewSimpleClientset()
 	if watchLag > 0 {
@@ -153,8 +181,22 @@ func runChurn(t *testing.T, volumes int, watchLag time.Duration) {
 	})
 
 	store := storage.NewMemoryFS()
-	o := testdriver.Options{Client: throttledClient{Clientset: fakeClient, limiter: rate.NewLimiter(5, 10)}}
+	driverVerbs := testkit.ChartVerbs
+	var podClient *testkit.RBACClient
+	if podTokens {
+		driverVerbs = []string{"watch", "delete", "list"}
+		podClient = testkit.WithRBAC(fakeClient, testkit.PodAccount, "create")
+	}
+	driverClient := testkit.WithRBAC(fakeClient, testkit.DriverAccount, driverVerbs...)
+	o := testdriver.Options{Client: throttledClient{Interface: driverClient, limiter: rate.NewLimiter(5, 10)}}
 	realIssuance(&o, store)
+	if podTokens {
+		// One limiter for the pods' clients: csi-driver-spiffe builds one client per call.
+		podLimiter := rate.NewLimiter(5, 10)
+		o.ClientForMetadata = func(metadata.Metadata) (cmclient.Interface, error) {
+			return throttledClient{Interface: podClient, limiter: podLimiter}, nil
+		}
+	}
 	_, cl, _ := testdriver.Run(t, o)
 
 	var okOnEmpty, oks, failures atomic.Int64
@@ -211,5 +253,22 @@ func runChurn(t *testing.T, volumes int, watchLag time.Duration) {
 	if n := okOnEmpty.Load(); n > 0 {
 		t.Errorf("%d publishes returned OK on a volume without its certificate", n)
 	}
-	t.Logf("%d volumes: %d OK publishes, %d failed ones, %d requests", volumes, oks.Load(), failures.Load(), total)
+	without := 0
+	for i := range volumes {
+		if files, err := store.ReadFiles(fmt.Sprintf("churn-%d", i)); err != nil || len(files["tls.crt"]) == 0 {
+			without++
+		}
+	}
+	if without > 0 {
+		t.Errorf("%d of %d volumes without a certificate", without, volumes)
+	}
+	refused := driverClient.RefusedTotal()
+	if podClient != nil {
+		refused += podClient.RefusedTotal()
+	}
+	if refused > 0 {
+		t.Errorf("calls beyond the charts' verbs: %v; pods: %v", driverClient, podClient)
+	}
+	t.Logf("%d volumes: %d without a certificate, %d OK publishes, %d failed ones, %d requests (%.2f per volume), %d refused calls",
+		volumes, without, oks.Load(), failures.Load(), total, float64(total)/float64(volumes), refused)
 }

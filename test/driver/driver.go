@@ -94,6 +94,9 @@ type Options struct {
 	GateBackoffConfig *wait.Backoff
 	// PodCondition is passed to the manager. Default: nil, no pod condition.
 	PodCondition *manager.PodCondition
+	// ClientForMetadata is passed to the manager (token mode: each pod's requests created with
+	// the pod's own client). Default: nil, the manager's default (Client creates them).
+	ClientForMetadata manager.ClientForMetadataFunc
 }
 
 // Run starts a manager and a driver on a loopback listener and returns the filled options, a
@@ -155,6 +158,7 @@ func Run(t *testing.T, opts Options) (Options, csi.NodeClient, func()) {
 		RenewalBackoffConfig: opts.RenewalBackoffConfig,
 		GateBackoffConfig:    opts.GateBackoffConfig,
 		PodCondition:         opts.PodCondition,
+		ClientForMetadata:    opts.ClientForMetadata,
 		Metrics:              opts.Metrics,
 	})
 	if err != nil {

@@ -472,6 +472,45 @@ func TestDeniedRequestIsUnknownWithTheManagersText(t *testing.T) {
 	}
 }
 
+// TestRefusedCreateIsPermissionDenied: when the apiserver refuses the driver's create (its
+// account lacks the verb), the publish answers PermissionDenied naming the verb, the resource
+// and the account, creates nothing and leaves nothing behind; with the verb granted, kubelet's
+// retry succeeds.
+func TestRefusedCreateIsPermissionDenied(t *testing.T) {
+	fakeClient := fake.NewSimpleClientset()
+	rbac := testkit.WithRBAC(fakeClient, testkit.DriverAccount, "watch", "delete", "list")
+	store, opts, cl := runWithRealIssuance(t, testdriver.Options{Client: rbac})
+	ctx := ctxWithTimeout(t, pollTimeout)
+	req := publishRequest(t, "vol-1")
+	_, err := cl.NodePublishVolume(ctx, req)
+	msg := status.Convert(err).Message()
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("publish = %v; want PermissionDenied", err)
+	}
+	for _, want := range []string{"create certificaterequests.cert-manager.io", testkit.DriverAccount, `namespace "` + namespace + `"`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q does not name %q", msg, want)
+		}
+	}
+	if ids, _ := store.ListVolumes(); len(ids) != 0 {
+		t.Fatalf("volumes left after a refused first publish: %v", ids)
+	}
+	if list, _ := fakeClient.CertmanagerV1().CertificateRequests(namespace).List(ctx, metav1.ListOptions{}); len(list.Items) != 0 {
+		t.Fatalf("%d requests after a refused create", len(list.Items))
+	}
+	if mounts, _ := opts.Mounter.List(); len(mounts) != 0 {
+		t.Fatalf("mounts left after a refused publish: %v", mounts)
+	}
+
+	rbac.Grant("create")
+	signerOpts := opts
+	signerOpts.Client = fakeClient // cert-manager's own account
+	startSigner(t, signerOpts, newCA(t))
+	if _, err := cl.NodePublishVolume(ctx, req); err != nil {
+		t.Fatalf("publish once create is granted: %v", err)
+	}
+}
+
 // TestRequestDeletedWhilePublishingIsAborted: the request a publish waits for is deleted (the
 // garbage collector does so when the pod is gone): the publish ends at once with Aborted, a code
 // kubelet takes as "maybe mounted", so that it unpublishes, and the failed first publish leaves

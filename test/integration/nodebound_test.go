@@ -163,13 +163,11 @@ func TestNodeBoundIssuance(t *testing.T) {
 	ensureNode(t, "node-a")
 	ensureNode(t, "node-b")
 	driverNS, appNS := newNamespace(t), newNamespace(t)
-	// The driver's permissions, as examples/deploy/rbac.yaml gives them.
-	allow(t, driverNS, "csi-driver", false, rbacv1.PolicyRule{APIGroups: []string{"cert-manager.io"}, Resources: []string{"certificaterequests"},
-		Verbs: []string{"create", "get", "list", "watch", "delete"}})
-	// The application's own account may create requests in its namespace (a driver that creates
-	// requests with the pod's token, as csi-driver-spiffe does).
-	allow(t, appNS, "app", true, rbacv1.PolicyRule{APIGroups: []string{"cert-manager.io"}, Resources: []string{"certificaterequests"},
-		Verbs: []string{"create", "get"}})
+	// The driver's permissions, as examples/deploy/rbac.yaml and the consumers' charts give them.
+	allow(t, driverNS, "csi-driver", false, chartRule(chartVerbs...))
+	// The application's own account may only create requests in its namespace (a driver that
+	// creates requests with the pod's token, as csi-driver-spiffe does).
+	allow(t, appNS, "app", true, chartRule("create"))
 
 	asDriverA := withToken(boundToken(t, driverNS, "csi-driver", podOnNode(t, driverNS, "csi-driver-a", "node-a", "csi-driver")))
 	asDriverB := withToken(boundToken(t, driverNS, "csi-driver", podOnNode(t, driverNS, "csi-driver-b", "node-b", "csi-driver")))

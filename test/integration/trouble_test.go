@@ -75,7 +75,7 @@ func TestIssuanceBacksOffWhileTheAPIRefuses(t *testing.T) {
 	runSigner(t, ns, newCA(t))
 	const user = "csi-driver-restricted"
 	userSubject := rbacv1.Subject{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}
-	grantClusterWide(t, "it-watch-delete-"+ns, userSubject, "get", "list", "watch", "delete")
+	grantClusterWide(t, "it-watch-delete-"+ns, userSubject, "list", "watch", "delete")
 	impersonating := rest.CopyConfig(restConfig)
 	impersonating.Impersonate = rest.ImpersonationConfig{UserName: user}
 	restricted := cmclient.NewForConfigOrDie(impersonating)
@@ -90,10 +90,10 @@ func TestIssuanceBacksOffWhileTheAPIRefuses(t *testing.T) {
 		o.RenewalBackoffConfig = &renewal
 		o.Metrics = metrics.New("it-node", o.Log, reg, o.MetadataReader, nil)
 	}})
-	// A publish while the API refuses fails with Unknown (a definite failure, as upstream),
-	// naming the refusal, and leaves nothing behind.
+	// A publish while the API refuses fails with PermissionDenied (final for kubelet, as
+	// upstream's Unknown), naming the verb and the account, and leaves nothing behind.
 	_, err := n.client.NodePublishVolume(ctxTimeout(t, pollTimeout), publishRequest(t, pod, "csi-refused"))
-	if status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "forbidden") {
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `let `+user+` create certificaterequests.cert-manager.io`) {
 		t.Fatalf("publish while forbidden: %v", err)
 	}
 	if _, err := n.store.ReadMetadata("csi-refused"); err == nil {
@@ -226,7 +226,7 @@ func TestTokenRequestClient(t *testing.T) {
 		name, volume, tokens, want string
 	}{
 		{"pod's own account", "csi-token-ok", tokenContext(t, allowed), ""},
-		{"another account", "csi-token-other", tokenContext(t, refused), "forbidden"},
+		{"another account", "csi-token-other", tokenContext(t, refused), "permission denied: the apiserver refused to let system:serviceaccount:" + ns + ":other-sa (the pod's account (ClientForMetadata)) create"},
 		{"malformed token context", "csi-token-bad", `{"": {"token": `, managerutil.ErrMalformedTokens.Error()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
