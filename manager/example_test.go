@@ -122,6 +122,10 @@ func ExampleManager_RequeuePod() {
 			}
 		},
 		DeleteFunc: func(obj any) {
+			// A delete the informer missed while its watch was down comes as a tombstone.
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
 			if pod, ok := obj.(*corev1.Pod); ok {
 				m.PodTerminating(pod.UID)
 			}

@@ -167,7 +167,8 @@ func (m *Manager) expireSweptKeys() {
 }
 
 // CertificateRequestLister lists the node's CertificateRequests from the manager's informer
-// cache, for example for metrics.New.
+// cache. It exists only once NewManager has returned, so it cannot be the lister passed to
+// metrics.New, whose result NewManager takes (see metrics.New for what to pass).
 func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister {
 	return m.requests.lister
 }

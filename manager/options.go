@@ -146,13 +146,16 @@ type Options struct {
 	// events.
 	EventRecorder record.EventRecorder
 
-	// RenewalJitter spreads renewals: with a value f in (0, 1), the default next issuance time
-	// is drawn from the window [R − f·(R − NotBefore), R], where R is the default renewal point
-	// (two thirds of the certificate's life). It is never after R, so a certificate never gets
-	// closer to expiry than the default allows. The draw is a deterministic function of the
-	// volume ID and the certificate's serial number, so a restart does not re-roll it; it is
-	// visible in the metadata's NextIssuanceTime as usual. Default (zero): off, the renewal
-	// point exactly. Outside [0, 1) is an error.
+	// RenewalJitter spreads renewals: with a value f in (0, 1), a certificate's renewal is drawn
+	// from the window [R − f·(R − NotBefore), R], where R is the renewal point that applies: the
+	// library's default (two thirds of the certificate's life), which WriteKeypair is handed
+	// already drawn in meta.NextIssuanceTime, or a different NextIssuanceTime the driver
+	// persisted, which the loop moves into the same fraction of its own window. It is never
+	// after R, so a certificate never gets closer to expiry than its renewal point allows. The
+	// draw is a deterministic function of the volume ID and the certificate's serial number, so
+	// a restart does not re-roll it; after a restart, a point of the driver's own is kept to as
+	// stored, without the window. Default (zero): off, the renewal point exactly. Outside
+	// [0, 1) is an error.
 	RenewalJitter float64
 
 	// MaxConcurrentIssuances is how many issuance attempts of this manager may be past the

@@ -50,8 +50,9 @@ import (
 // volumes are unpublished. After a restart the condition is recomputed from the stored state,
 // with one read of each pod and no write when it already matches.
 //
-// The driver's account needs get and patch on pods/status; see the README for a
-// ValidatingAdmissionPolicy that limits it to this condition on pods of its own node.
+// The driver's account needs get on pods (to read a pod's conditions after a restart or a
+// failed patch) and patch on pods/status; see docs/events-and-readiness.md for a
+// ValidatingAdmissionPolicy that limits the patches to this condition on pods of its own node.
 type PodCondition struct {
 	// Type is the condition type, a qualified name chosen by the driver, such as
 	// "csi.example.com/certificate-ready". Required.

@@ -68,7 +68,9 @@ type CertificateRequestCollector struct {
 }
 
 // NewCertificateRequestCollector returns the collector for the node whose ID hashes to
-// nodeNameHash (see internal/api/util.HashIdentifier).
+// nodeNameHash: the value of the label csi.cert-manager.io/node-id-hash on the node's
+// requests, the FNV-1 32-bit hash of the node ID as a decimal string passed through
+// k8s.io/apimachinery's rand.SafeEncodeString. A nil lister emits nothing.
 func NewCertificateRequestCollector(nodeNameHash string, metadataReader storage.MetadataReader, lister cmlisters.CertificateRequestLister) prometheus.Collector {
 	return &CertificateRequestCollector{nodeNameHash: nodeNameHash, metadataReader: metadataReader, lister: lister}
 }

@@ -90,9 +90,18 @@ type Metrics struct {
 //   - expired: its certificate is past its NotAfter.
 var VolumeStates = []string{"issued", "pending", "gate_pending", "failing", "overdue", "expired"}
 
-// New registers the library's metrics on registry (a new one if nil) and returns them.
-// metadataReader and certificateRequestLister feed the CertificateRequestCollector; the lister
-// should list the node's requests (the manager's CertificateRequestLister does).
+// New registers the library's metrics on registry (a new one if nil) and returns them, for
+// manager.Options.Metrics. A nil logger discards the log (upstream csi-lib panics).
+//
+// metadataReader (the driver's store) and certificateRequestLister feed the
+// CertificateRequestCollector, which on every scrape lists the lister's requests that carry
+// this node's hash label. The manager's own informer cannot serve as the lister: it exists only
+// once NewManager has returned, and NewManager takes these Metrics. Pass the lister of an
+// informer of the driver's own on the node's CertificateRequests, as upstream csi-lib's metrics
+// test does: cert-manager's informer factory, filtered by the label
+// csi.cert-manager.io/node-id-hash so that it holds only this node's requests, and started
+// before the driver serves (see the example). With a nil lister the collector emits none of
+// its families.
 func New(nodeId string, logger *logr.Logger, registry *prometheus.Registry, metadataReader storage.MetadataReader, certificateRequestLister cmlisters.CertificateRequestLister) *Metrics {
 	if registry == nil {
 		registry = prometheus.NewRegistry()
