@@ -103,8 +103,8 @@ type Filesystem struct {
 type filesystemState struct {
 	locks        keylock.Locks
 	startupSweep SweepResult
-	// projectHook is nil except in tests, which set it before the store is used to interrupt
-	// WriteFiles at the points of projectFiles.
+	// projectHook is nil except in tests, which set it while no other goroutine uses the store,
+	// to interrupt WriteFiles at the points of projectFiles.
 	projectHook func(projectPoint)
 }
 
