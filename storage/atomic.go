@@ -90,7 +90,16 @@ const (
 // Temporary names are short and fixed in length, so every name that passed validation fits.
 // Callers serialise calls for one directory. A crash before step 2 leaves an unused generation
 // that the next call (or the start-up sweep) removes; after it, the new set is in place.
-func projectFiles(dir string, files map[string][]byte, gid *int64) error {
+//
+// hook is nil except in tests, which interrupt the write at the points it is called with (see
+// projectPoint). The clean-up of a failed write is not deferred, so a hook that panics leaves
+// the directory as a crash at that point would.
+func projectFiles(dir string, files map[string][]byte, gid *int64, hook func(projectPoint)) error {
+	at := func(p projectPoint) {
+		if hook != nil {
+			hook(p)
+		}
+	}
 	// Step 1.
 	genDir, err := os.MkdirTemp(dir, generationPrefix+time.Now().UTC().Format("2006_01_02_15_04_05.")+"*")
 	if err != nil {
@@ -113,6 +122,7 @@ func projectFiles(dir string, files map[string][]byte, gid *int64) error {
 		if err := writeGenerationFile(filepath.Join(genDir, name), content, gid); err != nil {
 			return fail(err)
 		}
+		at(pointFileWritten)
 	}
 	if err := os.Chmod(genDir, generationMode); err != nil {
 		return fail(err)
@@ -127,10 +137,12 @@ func projectFiles(dir string, files map[string][]byte, gid *int64) error {
 	if err := syncDir(genDir); err != nil {
 		return fail(err)
 	}
+	at(pointGenerationReady)
 	// Step 2.
 	if err := replaceSymlink(dir, dataLinkName, gen); err != nil {
 		return fail(err)
 	}
+	at(pointDataSwapped)
 	// Step 3.
 	for name := range visible {
 		target := filepath.Join(dataLinkName, name)
@@ -148,6 +160,18 @@ func projectFiles(dir string, files map[string][]byte, gid *int64) error {
 	_, err = removeStale(dir, gen, visible)
 	return err
 }
+
+// projectPoint names a point of projectFiles at which a test may interrupt it.
+type projectPoint int
+
+const (
+	// pointFileWritten: one more file of the new generation is written (once per file).
+	pointFileWritten projectPoint = iota
+	// pointGenerationReady: step 1 is done, "..data" still names the previous generation.
+	pointGenerationReady
+	// pointDataSwapped: step 2 is done, "..data" names the new generation; steps 3 and 4 remain.
+	pointDataSwapped
+)
 
 // removeStale removes from a data directory every generation but gen, leftover temporary
 // links, and visible names not in keep (nil keeps every visible name). It returns the names it

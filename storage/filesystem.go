@@ -103,6 +103,9 @@ type Filesystem struct {
 type filesystemState struct {
 	locks        keylock.Locks
 	startupSweep SweepResult
+	// projectHook is nil except in tests, which set it while no other goroutine uses the store,
+	// to interrupt WriteFiles at the points of projectFiles.
+	projectHook func(projectPoint)
 }
 
 var (
@@ -422,7 +425,7 @@ func (f *Filesystem) WriteFiles(meta metadata.Metadata, files map[string][]byte)
 			return fmt.Errorf("writing files of volume %q: %w", meta.VolumeID, err)
 		}
 	}
-	return projectFiles(f.dataDir(meta.VolumeID), cleaned, gid)
+	return projectFiles(f.dataDir(meta.VolumeID), cleaned, gid, f.state.projectHook)
 }
 
 // ReadFile reads one data file of a volume through the current projection. name may be a

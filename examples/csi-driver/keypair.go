@@ -24,9 +24,11 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/podcert"
 	"github.com/cert-manager/csi-lib/storage"
 )
 
@@ -44,18 +46,24 @@ func signCSR(_ metadata.Metadata, key crypto.PrivateKey, req *x509.CertificateRe
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
 }
 
-// keypairWriter returns the driver's WriteKeypair: tls.key, tls.crt and ca.crt written into the
-// volume as one set, then the metadata with the renewal point persisted (the library's default,
-// handed in meta.NextIssuanceTime, or NotAfter less the volume's renew-before attribute), then
-// each of after.
+// keypairWriter returns the driver's WriteKeypair: tls.key, tls.crt and ca.crt, and the
+// credential bundle of pod certificates under the name the volume's credential-bundle attribute
+// gives, written into the volume as one set; then the metadata with the renewal point persisted
+// (the library's default, handed in meta.NextIssuanceTime, or NotAfter less the volume's
+// renew-before attribute); then each of after.
 func keypairWriter(store storage.Interface, after ...func(meta metadata.Metadata)) func(metadata.Metadata, crypto.PrivateKey, []byte, []byte) error {
 	return func(meta metadata.Metadata, key crypto.PrivateKey, chain, ca []byte) error {
-		der, err := x509.MarshalPKCS8PrivateKey(key)
+		keyPEM, err := podcert.PrivateKeyPEM(key)
 		if err != nil {
 			return err
 		}
-		keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
-		if err := store.WriteFiles(meta, map[string][]byte{"tls.key": keyPEM, "tls.crt": chain, "ca.crt": ca}); err != nil {
+		files := map[string][]byte{"tls.key": keyPEM, "tls.crt": chain, "ca.crt": ca}
+		bundle := podcert.Paths{CredentialBundle: meta.VolumeContext[CredentialBundleAttribute]}
+		if err := bundle.AddTo(files, key, chain); err != nil {
+			return fmt.Errorf("the credential bundle (%s): %w", CredentialBundleAttribute, err)
+		}
+		// One call: the bundle is swapped in with the key and chain it holds.
+		if err := store.WriteFiles(meta, files); err != nil {
 			return err
 		}
 		if rb, err := time.ParseDuration(meta.VolumeContext[RenewBeforeAttribute]); err == nil && rb > 0 {

@@ -333,6 +333,12 @@ func issuerRef(meta metadata.Metadata) cmmeta.IssuerReference {
 // the driver persists its own renewal point (see keypairWriter).
 const RenewBeforeAttribute = "csi.e2e.csi-lib.example/renew-before"
 
+// CredentialBundleAttribute is the volume attribute with which a pod asks for the credential
+// bundle of Kubernetes pod certificates (the projection's credentialBundlePath: the key, then the
+// chain, in one file) under the name it gives, beside tls.key, tls.crt and ca.crt (see
+// keypairWriter). Without it the volume holds those three alone.
+const CredentialBundleAttribute = "csi.e2e.csi-lib.example/credential-bundle-file"
+
 // journalStore is the driver's Filesystem, recording every publish (a publish registers the
 // volume's metadata first) in the journal.
 type journalStore struct {
