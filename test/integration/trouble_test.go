@@ -93,7 +93,7 @@ func TestIssuanceBacksOffWhileTheAPIRefuses(t *testing.T) {
 	// A publish while the API refuses fails with PermissionDenied (final for kubelet, as
 	// upstream's Unknown), naming the verb and the account, and leaves nothing behind.
 	_, err := n.client.NodePublishVolume(ctxTimeout(t, pollTimeout), publishRequest(t, pod, "csi-refused"))
-	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `let `+user+` create certificaterequests.cert-manager.io`) {
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `let `+user+` (the driver's account) create certificaterequests.cert-manager.io`) {
 		t.Fatalf("publish while forbidden: %v", err)
 	}
 	if _, err := n.store.ReadMetadata("csi-refused"); err == nil {
