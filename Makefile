@@ -1,13 +1,18 @@
 # The two set-up commands are `make demo` and `make test`; see README.md.
 SHELL := /bin/bash
 GO ?= go
-ENVTEST_K8S_VERSION ?= 1.36.3
+# KUBE_VERSION is the Kubernetes version of the integration tier's apiserver and of the real
+# node's kubelet and controller manager (built from the module proxy, cached by version);
+# make test runs one, MATRIX_VERSIONS are what make matrix runs.
+KUBE_VERSION ?= 1.36.3
+ENVTEST_K8S_VERSION ?= $(KUBE_VERSION)
+MATRIX_VERSIONS ?= 1.35.4 1.36.3 1.37.2
 export GOTOOLCHAIN = local
 
 ENVTEST_ASSETS = $(CURDIR)/bin/envtest/$(ENVTEST_K8S_VERSION)
 CM_CONTROLLERS = $(CURDIR)/bin/cm-controllers/$(shell $(GO) list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)/cm-controllers
 
-.PHONY: test vet fmt-check unit alerts stress envtest cm-controllers integration bench demo demo-short node e2e e2e-or-skip
+.PHONY: matrix test vet fmt-check unit alerts stress envtest cm-controllers integration bench demo demo-short node e2e e2e-or-skip
 
 ## test: everything the project checks (what CI runs).
 test: vet fmt-check unit alerts stress integration e2e-or-skip demo-short
@@ -66,6 +71,11 @@ e2e: node envtest cm-controllers
 ## loud notice that it was skipped, and why.
 e2e-or-skip: envtest cm-controllers
 	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bash test/e2e/run-or-skip.sh
+
+## matrix: the integration tier and the real-node stories on each Kubernetes version of
+## MATRIX_VERSIONS, one after the other; any failure, or a node that cannot run, fails it.
+matrix:
+	@bash hack/matrix.sh $(MATRIX_VERSIONS)
 
 ## bench: the benchmarks whose figures the README quotes: the manager on a fake clientset
 ## (hack/bench), the fleet on a real kube-apiserver (hack/fleet, envtest), then faults between
