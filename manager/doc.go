@@ -87,6 +87,17 @@ limitations under the License.
 // new one could not be opened, or a call found the apiserver unreachable) reads its request from
 // the apiserver until a watch is open again.
 //
+// # Permissions
+//
+// The manager needs no verb beyond upstream csi-lib's on CertificateRequests: list and watch (the
+// informer), delete (stale requests) and create, which ClientForMetadata may hand to each pod's
+// own client. A read by name (settling, a suspect watch) is a list that selects the name, never a
+// get. A call the apiserver refuses with 403 Forbidden matches ErrPermissionDenied and names the
+// verb, the resource, the namespace and the account; NewManager asks once, with a
+// SelfSubjectAccessReview per verb, for every permission its options need, and logs each rule
+// missing, but never refuses to start for it, nor waits for an informer whose list or watch is
+// refused.
+//
 // # A renewal
 //
 // The loop sleeps on one timer of the injected clock until due; a volume that is not due costs
@@ -107,7 +118,8 @@ limitations under the License.
 //
 // # A restart
 //
-// NewManager starts the informer and waits for its cache, loads the keys the store's start-up
+// NewManager starts the informer and waits for its cache (unless the apiserver refuses its list
+// or watch: see Permissions), loads the keys the store's start-up
 // sweep kept, if the store keeps them (a first publish was in flight when the driver stopped, and
 // kubelet's next publish of that volume resumes its request), and registers every stored
 // volume whose metadata says a publish succeeded, with a loop that starts from the metadata it
