@@ -29,7 +29,9 @@ import (
 // TestOneRequestPerIssuanceUnderFaults runs volumes through issuances and renewals while the
 // manager's client loses create responses (after the apiserver created the request) and its
 // watches are down three seconds in five: exactly one request per issuance, never two of one
-// volume alive at once, none left over. (How soon a signed certificate is written is a figure,
+// volume alive at once, none left over. A renewal that the end of the run cuts short (its request
+// created, its key pair not yet written when the manager stops, as happens on a loaded machine)
+// is an issuance with its one request. (How soon a signed certificate is written is a figure,
 // which make bench prints, not a check.)
 func TestOneRequestPerIssuanceUnderFaults(t *testing.T) {
 	f, err := faults.Scenario{
@@ -45,13 +47,13 @@ func TestOneRequestPerIssuanceUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d issuances, %d requests, %d responses lost, %d watches cut; signed -> written p50 %v, max %v",
-		f.Issuances, f.Requests, f.Counts.LostAfter, f.Counts.WatchesCut, faults.Percentile(f.SignedToWritten, 50), faults.Percentile(f.SignedToWritten, 100))
+	t.Logf("%d issuances (and %d cut short by the end of the run), %d requests, %d responses lost, %d watches cut; signed -> written p50 %v, max %v",
+		f.Issuances, f.InFlight, f.Requests, f.Counts.LostAfter, f.Counts.WatchesCut, faults.Percentile(f.SignedToWritten, 50), faults.Percentile(f.SignedToWritten, 100))
 	if f.Counts.LostAfter == 0 || f.Counts.WatchesCut == 0 {
 		t.Fatalf("no fault was injected (%+v)", f.Counts)
 	}
-	if f.Requests != f.Issuances {
-		t.Errorf("%d requests for %d issuances", f.Requests, f.Issuances)
+	if f.Requests != f.Issuances+f.InFlight {
+		t.Errorf("%d requests for %d issuances (%d of them cut short by the end of the run)", f.Requests, f.Issuances+f.InFlight, f.InFlight)
 	}
 	if f.MaxAlive > 1 {
 		t.Errorf("%d volumes had more than one request alive, up to %d", f.VolumesOverOne, f.MaxAlive)

@@ -75,6 +75,10 @@ type Scenario struct {
 // Figures is what a Scenario measured.
 type Figures struct {
 	Issuances, Requests int
+	// InFlight counts the issuances the end of the run cut short: a volume's newest request
+	// whose key pair was never written (not yet signed, or signed as the manager stopped). Each
+	// is one issuance with its one request; a second request of a volume would be an orphan.
+	InFlight int
 	// MaxAlive is the most requests of one volume that existed at once; VolumesOverOne how many
 	// volumes ever had more than one.
 	MaxAlive, VolumesOverOne int
@@ -87,12 +91,12 @@ type Figures struct {
 	Counts                    Counts
 }
 
-// RequestsPerIssuance is Requests / Issuances.
+// RequestsPerIssuance is Requests / (Issuances + InFlight).
 func (f Figures) RequestsPerIssuance() float64 {
-	if f.Issuances == 0 {
+	if f.Issuances+f.InFlight == 0 {
 		return math.NaN()
 	}
-	return float64(f.Requests) / float64(f.Issuances)
+	return float64(f.Requests) / float64(f.Issuances+f.InFlight)
 }
 
 // Percentile is the p-th percentile of ds (nearest rank); zero for none.
@@ -256,11 +260,11 @@ func (s Scenario) Run(ctx context.Context) (Figures, error) {
 	}
 	m.Stop()
 	f := obs.figures(back)
-	orphans, err := countOrphans(ctx, signerClient, ns)
+	orphans, inFlight, err := obs.countLeftovers(ctx, signerClient, ns)
 	if err != nil {
 		return Figures{}, err
 	}
-	f.Orphans = orphans
+	f.Orphans, f.InFlight = orphans, inFlight
 	f.Counts = tr.Counts()
 	return f, nil
 }
@@ -366,19 +370,37 @@ func (o *observer) figures(back time.Time) Figures {
 	return f
 }
 
-// countOrphans counts the requests beyond each volume's newest.
-func countOrphans(ctx context.Context, client cmclient.Interface, ns string) (int, error) {
+// countLeftovers counts, once the manager has stopped, the requests beyond each volume's newest
+// (orphans), and the volumes whose newest request's key pair was never written (in flight).
+func (o *observer) countLeftovers(ctx context.Context, client cmclient.Interface, ns string) (orphans, inFlight int, err error) {
 	list, err := client.CertmanagerV1().CertificateRequests(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	o.mu.Lock()
+	written := make(map[string]bool, len(o.writes))
+	for _, w := range o.writes {
+		written[w.serial] = true
+	}
+	o.mu.Unlock()
+	newest := map[string]*cmapi.CertificateRequest{}
 	perVolume := map[string]int{}
-	for _, r := range list.Items {
-		perVolume[r.Labels[api.VolumeIDHashLabelKey]]++
+	for i := range list.Items {
+		r := &list.Items[i]
+		volume := r.Labels[api.VolumeIDHashLabelKey]
+		perVolume[volume]++
+		if n := newest[volume]; n == nil || n.CreationTimestamp.Before(&r.CreationTimestamp) {
+			newest[volume] = r
+		}
 	}
-	orphans := 0
 	for _, n := range perVolume {
 		orphans += n - 1
 	}
-	return orphans, nil
+	for _, r := range newest {
+		leaf, err := certs.ParseLeaf(r.Status.Certificate)
+		if err != nil || !written[leaf.SerialNumber.String()] {
+			inFlight++
+		}
+	}
+	return orphans, inFlight, nil
 }
