@@ -12,21 +12,38 @@ export GOTOOLCHAIN = local
 ENVTEST_ASSETS = $(CURDIR)/bin/envtest/$(ENVTEST_K8S_VERSION)
 CM_CONTROLLERS = $(CURDIR)/bin/cm-controllers/$(shell $(GO) list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)/cm-controllers
 
+# The library is the root module. What only the project's own tiers and tools need is in nested
+# modules, so that a driver's build list gains none of it (docs/compatibility.md): test/integration,
+# test/e2e, test/testkit/controlplane (envtest), hack (hack/cm-controllers is one of its own),
+# examples (examples/deploy/promql is one of its own). Each target runs in the module it needs.
+
 .PHONY: matrix test vet fmt-check unit alerts stress envtest cm-controllers integration bench demo demo-short node e2e e2e-or-skip
 
 ## test: everything the project checks (what CI runs).
 test: vet fmt-check unit alerts stress integration e2e-or-skip demo-short
 
+## vet: go vet in every module (test/integration's tests carry the integration tag); the
+## alerts' module (examples/deploy/promql) is vetted by alerts, hack/cm-controllers is built
+## from a copy by its script.
 vet:
 	$(GO) vet ./...
+	cd test/testkit/controlplane && $(GO) vet ./...
+	cd examples && $(GO) vet ./...
+	cd hack && $(GO) vet ./...
+	cd test/e2e && $(GO) vet ./...
+	cd test/integration && $(GO) vet -tags integration ./...
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-## unit: unit tests with the race detector.
+## unit: unit tests with the race detector, in every module but test/integration's.
 unit:
 	$(GO) test -race -count=1 ./...
+	cd test/testkit/controlplane && $(GO) test -race -count=1 ./...
+	cd examples && $(GO) test -race -count=1 ./...
+	cd hack && $(GO) test -race -count=1 ./...
+	cd test/e2e && $(GO) test -race -count=1 ./...
 
 ## alerts: the example deployment's alert and dashboard expressions parsed by Prometheus's own
 ## PromQL parser (examples/deploy/promql, a module of its own).
@@ -49,9 +66,9 @@ cm-controllers:
 	@bash hack/cm-controllers.sh >/dev/null
 
 ## integration: the envtest suite against a real kube-apiserver and etcd, and cert-manager's
-## own controllers.
+## own controllers (the test/integration module).
 integration: envtest cm-controllers
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) $(GO) test -tags integration -race -count=1 -v ./test/integration/ 2>&1 \
+	cd test/integration && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) $(GO) test -tags integration -race -count=1 -v . 2>&1 \
 		| grep -E '^(=== RUN|--- |PASS|FAIL|ok|envtest:)|_test.go:[0-9]+:' ; exit $${PIPESTATUS[0]}
 
 ## node: what the real node needs: containerd, runc and the CNI plugins from Debian (when
@@ -64,7 +81,7 @@ node:
 ## cert-manager's own controllers where a story can be told with them; needs root, and says why
 ## and fails where the machine cannot run a node.
 e2e: node envtest cm-controllers
-	@$(GO) build -o bin/e2e ./test/e2e
+	@cd test/e2e && $(GO) build -o $(CURDIR)/bin/e2e .
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) bin/e2e $(ARGS)
 
 ## e2e-or-skip: make test's e2e step: make e2e where this machine can run a node; elsewhere a
@@ -79,11 +96,13 @@ matrix:
 
 ## bench: the benchmarks whose figures the README quotes: the manager on a fake clientset
 ## (hack/bench), the fleet on a real kube-apiserver (hack/fleet, envtest), then faults between
-## the library and a real kube-apiserver (hack/faultbench).
+## the library and a real kube-apiserver (hack/faultbench). They are built from the hack module
+## into bin/ and run from here, so that a relative path in ARGS (-cpuprofile FILE) is this one's.
 bench: envtest
-	$(GO) run ./hack/bench $(ARGS)
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./hack/fleet $(FLEET_ARGS)
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./hack/faultbench $(FAULT_ARGS)
+	cd hack && $(GO) build -o $(CURDIR)/bin/ ./bench ./fleet ./faultbench
+	bin/bench $(ARGS)
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) bin/fleet $(FLEET_ARGS)
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) bin/faultbench $(FAULT_ARGS)
 
 ## demo: the library doing its whole job locally: on a real node where the machine can run one
 ## (as root), else with a kubelet stand-in (STAND_IN=1 forces it); ARGS=--help lists the options.
@@ -92,4 +111,4 @@ demo: envtest cm-controllers
 
 ## demo-short: the demo in its short mode; fails if any of its four stories does not happen.
 demo-short: envtest cm-controllers
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) $(GO) run ./hack/demo -short
+	cd hack && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) CM_CONTROLLERS=$(CM_CONTROLLERS) $(GO) run ./demo -short

@@ -22,7 +22,7 @@ limitations under the License.
 // (--controllers=*,-certificaterequests-approver), with examples/deploy/approver.yaml's RBAC and
 // with the admission policy examples/deploy/node-bound-policy.yaml. See docs/node-bound.md.
 //
-//	go run ./examples/approver --help
+//	(cd examples && go run ./approver --help)   # from the repository's root; examples is a module of its own
 package main
 
 import (

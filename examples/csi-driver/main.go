@@ -21,7 +21,7 @@ limitations under the License.
 // node-driver-registrar serves in a cluster). make demo and the real node's stories (make e2e)
 // run it; examples/deploy holds what an operator applies to run it in a cluster.
 //
-//	go run ./examples/csi-driver --help
+//	(cd examples && go run ./csi-driver --help)   # from the repository's root; examples is a module of its own
 package main
 
 import (

@@ -16,10 +16,10 @@ limitations under the License.
 
 // Command bench measures the manager against the performance targets of the project (see the
 // README for the latest figures). It runs on a fake clientset with an auto-signer that issues
-// real certificates, so it needs no cluster:
+// real certificates, so it needs no cluster. It is in the hack module; from the repository's root:
 //
-//	go run ./hack/bench            # all scenarios
-//	go run ./hack/bench -quick     # smaller sizes, for a smoke run
+//	(cd hack && go run ./bench)            # all scenarios
+//	(cd hack && go run ./bench -quick)     # smaller sizes, for a smoke run
 //
 // Scenarios:
 //   - gate: volumes whose readiness gate opens uniformly 0.5–5 s after they are managed; the

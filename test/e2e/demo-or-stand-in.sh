@@ -20,14 +20,14 @@ elif [[ $(id -u) -ne 0 ]]; then
   why="no real node here: not root (kubelet mounts volumes and runs containers)"
 elif ! bash test/e2e/install-node-packages.sh; then
   why="no real node here: containerd, runc or the CNI plugins are missing and could not be installed"
-elif ! NODE=1 KUBE_VERSION="$(basename "${assets}")" bash hack/envtest-binaries.sh >/dev/null || ! go build -o bin/e2e ./test/e2e; then
+elif ! NODE=1 KUBE_VERSION="$(basename "${assets}")" bash hack/envtest-binaries.sh >/dev/null || ! (cd test/e2e && go build -o ../../bin/e2e .); then
   exit 1
 elif ! check=$(KUBEBUILDER_ASSETS="${assets}" bin/e2e -check 2>&1); then
   why="${check}"
 fi
 if [[ -n "${why}" ]]; then
   echo "csi-lib demo with its kubelet stand-in: ${why}"
-  exec go run ./hack/demo "$@"
+  cd hack && exec go run ./demo "$@"
 fi
 echo "csi-lib demo on a real node: kubelet $("${assets}/kubelet" --version 2>/dev/null | awk '{print $2}'), containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'), Debian's CNI plugins"
 echo "signer: cert-manager's own controllers ($(go list -m -f '{{.Version}}' github.com/cert-manager/cert-manager): approver, CA issuer) from a CA Issuer; the outage story: the demo's own signer, which fails requests"

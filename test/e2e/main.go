@@ -205,14 +205,26 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	return results, nil
 }
 
-// buildBinaries builds the pause, checker and driver commands, static, into dir.
+// buildBinaries builds the pause, checker and driver commands, static, into dir: pause and
+// checker in this module (test/e2e), the driver and the approver in the examples module. Each
+// is a module of its own, so each gets its own go build, run in the module's directory (the
+// working directory is the repository's root).
 func buildBinaries(ctx context.Context, dir string) error {
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", dir+"/",
-		"./test/e2e/pause", "./test/e2e/checker", "./examples/csi-driver", "./examples/approver")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the e2e binaries: %v: %s", err, out)
+	for _, b := range []struct {
+		module string
+		pkgs   []string
+	}{
+		{"test/e2e", []string{"./pause", "./checker"}},
+		{"examples", []string{"./csi-driver", "./approver"}},
+	} {
+		args := append([]string{"build", "-trimpath", "-o", dir + "/"}, b.pkgs...)
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = b.module
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building the e2e binaries in %s: %v: %s", b.module, err, out)
+		}
 	}
 	logf("built pause, checker, driver and approver in %v", time.Since(start).Round(100*time.Millisecond))
 	return nil

@@ -23,7 +23,7 @@ skip() {
 [[ $(id -u) -eq 0 ]] || skip "not root (kubelet mounts volumes and runs containers)"
 bash test/e2e/install-node-packages.sh || skip "containerd, runc or the CNI plugins are missing and could not be installed from Debian"
 NODE=1 KUBE_VERSION="$(basename "${assets}")" bash hack/envtest-binaries.sh >/dev/null || exit 1
-go build -o bin/e2e ./test/e2e || exit 1
+(cd test/e2e && go build -o ../../bin/e2e .) || exit 1
 if ! why=$(KUBEBUILDER_ASSETS="${assets}" bin/e2e -check 2>&1); then
   skip "${why}"
 fi

@@ -17,8 +17,9 @@ limitations under the License.
 // Package controlplane starts a kube-apiserver and etcd (envtest) with cert-manager's
 // CertificateRequest, Issuer and ClusterIssuer CRDs installed, for the integration tests, the
 // demo and the fleet benchmark.
-// It is a package of its own so that what drivers import in their tests (test/driver,
-// test/util, through test/testkit) never compiles envtest or controller-runtime.
+// It is a module of its own (test/testkit/controlplane/go.mod) so that what drivers import in
+// their tests (test/driver, test/util, through test/testkit) never compiles envtest, and the
+// library's go.mod never requires controller-runtime.
 package controlplane
 
 import (
@@ -34,7 +35,9 @@ import (
 )
 
 // CRDs returns the paths of cert-manager's CertificateRequest, Issuer and ClusterIssuer CRDs in
-// the cert-manager module this module requires (deploy/crds in the module cache), for envtest.
+// the cert-manager module that the module of the working directory requires (deploy/crds in the
+// module cache), for envtest: the library's version, wherever the test, the benchmark or the
+// real node runs (the root, hack, test/integration or test/e2e; all require the same version).
 func CRDs() ([]string, error) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
 	if err != nil {
