@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/http"
 	"os"
@@ -43,11 +44,13 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	cminformers "github.com/cert-manager/cert-manager/pkg/client/informers/externalversions"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -170,7 +173,14 @@ func run(log logr.Logger, j *journal, b managerFlags, metricsAddr, name, nodeID,
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: name})
 
-	met := metrics.New(nodeID, &log, prometheus.NewRegistry(), fs, nil)
+	// The node's CertificateRequests, for upstream's request families on /metrics: an informer of
+	// the driver's own (the manager's exists only once NewManager has returned, and NewManager
+	// takes the metrics), selected by the label the manager puts on the node's requests.
+	requestFactory := cminformers.NewSharedInformerFactoryWithOptions(cm, 0, cminformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = "csi.cert-manager.io/node-id-hash=" + nodeIDHash(nodeID)
+	}))
+	requestLister := requestFactory.Certmanager().V1().CertificateRequests().Lister()
+	met := metrics.New(nodeID, &log, prometheus.NewRegistry(), fs, requestLister)
 	met.EnableExtendedMetrics()
 	if metricsAddr != "" {
 		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", metricsAddr)
@@ -241,7 +251,9 @@ func run(log logr.Logger, j *journal, b managerFlags, metricsAddr, name, nodeID,
 		return err
 	}
 	podFactory.Start(ctx.Done())
+	requestFactory.Start(ctx.Done())
 	podFactory.WaitForCacheSync(ctx.Done())
+	requestFactory.WaitForCacheSync(ctx.Done())
 
 	d, err := driver.New(ctx, "unix://"+socket, log.WithName("csi"), driver.Options{
 		DriverName: name, DriverVersion: "e2e", NodeID: nodeID,
@@ -269,6 +281,14 @@ func run(log logr.Logger, j *journal, b managerFlags, metricsAddr, name, nodeID,
 	case err := <-served:
 		return err
 	}
+}
+
+// nodeIDHash is the value of the label csi.cert-manager.io/node-id-hash on the node's requests:
+// the FNV-1 32-bit hash of the node ID, in decimal, through apimachinery's SafeEncodeString.
+func nodeIDHash(nodeID string) string {
+	h := fnv.New32()
+	_, _ = h.Write([]byte(nodeID))
+	return rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
 }
 
 // registration answers kubelet's plugin watcher: the driver's name and CSI endpoint.
