@@ -293,12 +293,22 @@ func (e *env) waitForPending() *cmapi.CertificateRequest {
 }
 
 // manageInBackground calls ManageVolumeImmediate for a registered volume on another goroutine,
-// bounded by pollTimeout, and returns where its error will arrive.
+// bounded by pollTimeout, and returns where its error will arrive. When the test ends, the call
+// is cancelled and waited for (before the manager stops), so that it logs nothing after the test:
+// Stop never waits for a caller's goroutine.
 func (e *env) manageInBackground(id string) <-chan error {
 	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
-	e.t.Cleanup(cancel)
 	done := make(chan error, 1)
-	go func() { _, err := e.m.ManageVolumeImmediate(ctx, id); done <- err }()
+	finished := make(chan struct{})
+	e.t.Cleanup(func() {
+		cancel()
+		<-finished
+	})
+	go func() {
+		defer close(finished)
+		_, err := e.m.ManageVolumeImmediate(ctx, id)
+		done <- err
+	}()
 	return done
 }
 

@@ -44,8 +44,8 @@ func TestRequestsNameTheirNodeAndPod(t *testing.T) {
 		return b, err
 	}
 	e.register("v1", false)
-	m := e.start()
-	go func() { _, _ = m.ManageVolumeImmediate(context.Background(), "v1") }()
+	e.start()
+	e.manageInBackground("v1")
 	req := e.waitForPending()
 	want := map[string]string{
 		"a":                                "b",
@@ -73,8 +73,8 @@ func TestRequestsWithoutPodContextNameTheNodeOnly(t *testing.T) {
 	if _, err := e.store.RegisterMetadata(metadata.Metadata{VolumeID: "v1"}); err != nil {
 		t.Fatal(err)
 	}
-	m := e.start()
-	go func() { _, _ = m.ManageVolumeImmediate(context.Background(), "v1") }()
+	e.start()
+	e.manageInBackground("v1")
 	req := e.waitForPending()
 	if want := map[string]string{"a": "b", approval.NodeNameAnnotationKey: "test-node"}; !maps.Equal(req.Annotations, want) {
 		t.Errorf("annotations = %v, want %v", req.Annotations, want)
