@@ -268,10 +268,13 @@ func requestHas(req *cmapi.CertificateRequest, typ cmapi.CertificateRequestCondi
 	return false
 }
 
-// attacker holds the driver's service-account token bound to otherNode.
+// attacker holds the driver's service-account token bound to otherNode. The story watches what
+// becomes of its requests with the administrator's client (observer): the driver's account may
+// not get a request (examples/deploy/rbac.yaml grants the consumers' charts' verbs).
 type attacker struct {
-	cm      cmclient.Interface
-	created []string // names of the requests it managed to create
+	cm       cmclient.Interface
+	observer cmclient.Interface
+	created  []string // names of the requests it managed to create
 }
 
 // otherNodeDriver creates the Node otherNode (no kubelet runs it) and returns a client holding
@@ -305,7 +308,7 @@ func (c *cluster) otherNodeDriver(ctx context.Context) (*attacker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &attacker{cm: client}, nil
+	return &attacker{cm: client, observer: c.cm}, nil
 }
 
 // cleanUp deletes the requests the attacker created and the Node otherNode.
@@ -376,7 +379,7 @@ func (a *attacker) tryFor(ctx context.Context, pod *corev1.Pod) (refused, denied
 		}
 		want := "pod " + namespace + "/" + pod.Name + " is bound to node " + nodeName + ", not to " + otherNode
 		if err := poll(ctx, "the example approver to deny "+req.Name, 50*time.Millisecond, time.Minute, func() (bool, error) {
-			got, err := a.cm.CertmanagerV1().CertificateRequests(namespace).Get(ctx, req.Name, metav1.GetOptions{})
+			got, err := a.observer.CertmanagerV1().CertificateRequests(namespace).Get(ctx, req.Name, metav1.GetOptions{})
 			if err != nil {
 				return false, err
 			}
@@ -400,7 +403,7 @@ func (a *attacker) tryFor(ctx context.Context, pod *corev1.Pod) (refused, denied
 	}
 	// The requests it could create were all denied; none has a certificate.
 	for _, name := range a.created {
-		got, err := a.cm.CertmanagerV1().CertificateRequests(namespace).Get(ctx, name, metav1.GetOptions{})
+		got, err := a.observer.CertmanagerV1().CertificateRequests(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return refused, denied, err
 		}
