@@ -17,23 +17,16 @@ limitations under the License.
 package approval
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // TestImportsStayLight: an approver imports this package for the check alone; it must not
 // bring a client, a gRPC server or a metrics registry into the approver's build.
 func TestImportsStayLight(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to list the package's dependencies: %v", err)
-	}
-	out, err := exec.Command(goTool, "list", "-deps", "github.com/cert-manager/csi-lib/approval").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	deps := strings.Fields(string(out))
+	deps := testkit.Deps(t, true, "github.com/cert-manager/csi-lib/approval")
 	for _, pkg := range deps {
 		for _, heavy := range []string{"k8s.io/client-go", "google.golang.org/grpc", "github.com/prometheus", "github.com/cert-manager/csi-lib/manager"} {
 			if strings.HasPrefix(pkg, heavy) {

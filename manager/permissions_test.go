@@ -24,14 +24,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
@@ -209,32 +206,6 @@ type accessClient struct {
 
 func (c accessClient) Discovery() discovery.DiscoveryInterface { return c.discovery }
 
-// logLines is a logger that keeps every line.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.lines = append(l.lines, prefix+" "+args)
-	}, funcr.Options{})
-}
-
-func (l *logLines) matching(s string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, line := range l.lines {
-		if strings.Contains(line, s) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 // TestStartUpNamesEachMissingRule: at start the manager asks the apiserver whether its account
 // holds each permission its options need, and logs one error line per rule with a verb missing,
 // in the form pasted into a ClusterRole; it starts all the same.
@@ -242,8 +213,8 @@ func TestStartUpNamesEachMissingRule(t *testing.T) {
 	cfg := accessServer(t,
 		"certificaterequests watch", "certificaterequests create", "certificaterequests delete",
 		"events create", "pods get")
-	lines := &logLines{}
-	log := lines.logger()
+	lines := &testkit.LogLines{}
+	log := lines.Logger()
 	kube := fake.NewClientset()
 	e, rbac := chartEnv(t, testkit.ChartVerbs, func(o *Options) {
 		o.Log = &log
@@ -253,7 +224,7 @@ func TestStartUpNamesEachMissingRule(t *testing.T) {
 	e.opts.Client = accessClient{RBACClient: rbac, discovery: discovery.NewDiscoveryClientForConfigOrDie(cfg)}
 	e.start()
 
-	got := lines.matching("add this rule to its ClusterRole")
+	got := lines.Matching("add this rule to its ClusterRole")
 	want := []string{
 		`"rule"="- {apiGroups: ['cert-manager.io'], resources: ['certificaterequests'], verbs: ['list']}" "needed_for"="the manager"`,
 		`"rule"="- {apiGroups: [''], resources: ['events'], verbs: ['patch']}" "needed_for"="Options.EventRecorder"`,
@@ -273,8 +244,8 @@ func TestStartUpNamesEachMissingRule(t *testing.T) {
 // missing rule; in token mode (ClientForMetadata set) create is not asked for the driver.
 func TestStartUpCheckIsQuietWhenEverythingIsGranted(t *testing.T) {
 	cfg := accessServer(t, "certificaterequests watch", "certificaterequests list", "certificaterequests delete")
-	lines := &logLines{}
-	log := lines.logger()
+	lines := &testkit.LogLines{}
+	log := lines.Logger()
 	e, rbac := chartEnv(t, testkit.ChartVerbs, func(o *Options) {
 		o.Log = &log
 		client := o.Client
@@ -282,10 +253,10 @@ func TestStartUpCheckIsQuietWhenEverythingIsGranted(t *testing.T) {
 	})
 	e.opts.Client = accessClient{RBACClient: rbac, discovery: discovery.NewDiscoveryClientForConfigOrDie(cfg)}
 	e.start()
-	if got := lines.matching("add this rule"); len(got) != 0 {
+	if got := lines.Matching("add this rule"); len(got) != 0 {
 		t.Fatalf("lines naming a missing rule with everything granted:\n%s", strings.Join(got, "\n"))
 	}
-	if got := lines.matching("Cannot check"); len(got) != 0 {
+	if got := lines.Matching("Cannot check"); len(got) != 0 {
 		t.Fatalf("the check did not run: %s", got)
 	}
 }

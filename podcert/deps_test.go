@@ -17,25 +17,17 @@ limitations under the License.
 package podcert
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // TestImportsStayLight: a driver, or any program that writes pod-certificate files, imports this
 // package for its few functions; it must bring nothing but the standard library, and in
 // particular no client, gRPC server, metrics registry or the manager.
 func TestImportsStayLight(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to list the package's dependencies: %v", err)
-	}
 	const self = "github.com/cert-manager/csi-lib/podcert"
-	out, err := exec.Command(goTool, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", self).Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	for _, pkg := range strings.Fields(string(out)) {
+	for _, pkg := range testkit.Deps(t, false, self) {
 		if pkg != self {
 			t.Errorf("podcert depends on %s, which is not in the standard library", pkg)
 		}

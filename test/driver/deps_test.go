@@ -17,9 +17,10 @@ limitations under the License.
 package driver_test
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 // maxHarnessDeps bounds what a driver's test build compiles through test/driver and test/util:
@@ -37,17 +38,7 @@ var heavyDeps = []string{
 // what those packages compile is part of the drop-in contract. go list reads the import graph
 // from the module cache; it builds nothing.
 func TestHarnessImportsStayLight(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to list the harness's dependencies: %v", err)
-	}
-	out, err := exec.Command(goTool, "list", "-deps",
-		"github.com/cert-manager/csi-lib/test/driver",
-		"github.com/cert-manager/csi-lib/test/util").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	deps := strings.Fields(string(out))
+	deps := testkit.Deps(t, true, "github.com/cert-manager/csi-lib/test/driver", "github.com/cert-manager/csi-lib/test/util")
 	for _, pkg := range deps {
 		for _, heavy := range heavyDeps {
 			if strings.Contains(pkg, heavy) {

@@ -28,8 +28,6 @@ import (
 	"time"
 
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	authzv1 "k8s.io/api/authorization/v1"
@@ -44,6 +42,7 @@ import (
 	"github.com/cert-manager/csi-lib/manager"
 	tokenutil "github.com/cert-manager/csi-lib/manager/util"
 	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/test/testkit/faults"
 )
 
@@ -247,32 +246,6 @@ func TestPodTokenModeUnderTheChartsRBAC(t *testing.T) {
 	}
 }
 
-// lineLog keeps every log line.
-type lineLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *lineLog) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.lines = append(l.lines, prefix+" "+args)
-	}, funcr.Options{})
-}
-
-func (l *lineLog) matching(s string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, line := range l.lines {
-		if strings.Contains(line, s) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 // TestListRemovedSaysWhatToFix: with list removed from the driver's rule, the manager still
 // starts and logs the rule to add in ClusterRole form. Every create is lost before it reaches the
 // apiserver, so that settling it must read past the cache: the publish answers PermissionDenied
@@ -289,15 +262,15 @@ func TestListRemovedSaysWhatToFix(t *testing.T) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	t.Cleanup(broadcaster.Shutdown)
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "csi-lib-integration"})
-	lines := &lineLog{}
-	log := lines.logger()
+	lines := &testkit.LogLines{}
+	log := lines.Logger()
 	n := startNode(t, nodeConfig{baseDir: t.TempDir(), namespace: ns, managerOpts: func(o *manager.Options) {
 		o.Client = client
 		o.Log = &log
 		o.EventRecorder = recorder
 	}})
 
-	rule := lines.matching("add this rule to its ClusterRole")
+	rule := lines.Matching("add this rule to its ClusterRole")
 	if len(rule) != 2 || !strings.Contains(rule[0], `"rule"="- {apiGroups: ['cert-manager.io'], resources: ['certificaterequests'], verbs: ['list']}"`) ||
 		!strings.Contains(rule[1], `"rule"="- {apiGroups: [''], resources: ['events'], verbs: ['create', 'patch']}"`) {
 		t.Errorf("start-up lines naming a missing rule:\n%s", strings.Join(rule, "\n"))
