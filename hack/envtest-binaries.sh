@@ -27,7 +27,8 @@ STAGING_VERSION="v0.${KUBE_VERSION#1.}"
 binaries=("kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver" "etcd go.etcd.io/etcd/server/v3 server")
 if [[ "${NODE:-0}" == 1 ]]; then
   binaries+=("kubelet k8s.io/kubernetes/cmd/kubelet kubelet"
-    "kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager")
+    "kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager"
+    "kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler kube-scheduler")
 fi
 missing=()
 for b in "${binaries[@]}"; do

@@ -49,8 +49,11 @@ func writeImageArchive(archivePath, name string, files []imageFile, entrypoint [
 	config, err := json.Marshal(map[string]any{
 		"architecture": "amd64",
 		"os":           "linux",
-		"config":       map[string]any{"Entrypoint": entrypoint},
-		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+		"config": map[string]any{
+			"Entrypoint": entrypoint,
+			"Env":        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
 	})
 	if err != nil {
 		return err

@@ -104,7 +104,7 @@ func checkMachine(bins string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("the real node needs root (kubelet mounts volumes and runs containers)")
 	}
-	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip"} {
+	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "ldd"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s is not installed (test/e2e/install-node-packages.sh installs containerd, runc and the CNI plugins from Debian)", tool)
 		}
@@ -114,7 +114,7 @@ func checkMachine(bins string) error {
 			return fmt.Errorf("CNI plugin %s is missing from %s (Debian's containernetworking-plugins)", plugin, cniBinDir)
 		}
 	}
-	for _, b := range []string{"kubelet", "kube-controller-manager"} {
+	for _, b := range []string{"kubelet", "kube-controller-manager", "kube-scheduler"} {
 		if _, err := os.Stat(filepath.Join(bins, b)); err != nil {
 			return fmt.Errorf("%s is not built in %s (NODE=1 hack/envtest-binaries.sh builds it)", b, bins)
 		}
@@ -185,6 +185,15 @@ func (n *node) start(ctx context.Context, kubeconfig []byte, imageArchive string
 			return err
 		}
 	}
+	// A Bidirectional mount (the deployment story's DaemonSet driver) needs its hostPath on a
+	// shared mount, and this machine's / may be private: the run directory becomes a shared
+	// mount of its own (unmounted with everything under it when the node stops).
+	if err := syscall.Mount(n.dir, n.dir, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mounting the run directory on itself: %w", err)
+	}
+	if err := syscall.Mount("", n.dir, "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("making the run directory a shared mount: %w", err)
+	}
 	kubeconfigPath := filepath.Join(n.dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
 		return err
@@ -203,8 +212,8 @@ func (n *node) start(ctx context.Context, kubeconfig []byte, imageArchive string
 	}); err != nil {
 		return err
 	}
-	if out, err := exec.CommandContext(ctx, "ctr", "--address", n.containerdSocket(), "-n", "k8s.io", "images", "import", imageArchive).CombinedOutput(); err != nil {
-		return fmt.Errorf("importing the e2e image: %v: %s", err, out)
+	if err := n.importImage(ctx, imageArchive); err != nil {
+		return err
 	}
 	if err := n.writeFile("kubelet-config.yaml", kubeletConfig(n)); err != nil {
 		return err
@@ -218,13 +227,31 @@ func (n *node) start(ctx context.Context, kubeconfig []byte, imageArchive string
 		"--v", "2"); err != nil {
 		return err
 	}
+	// The scheduler places the pods of the deployment story's DaemonSet and Deployments (every
+	// other story names the node in its pods).
+	if err := n.startProcess("kube-scheduler", filepath.Join(n.bins, "kube-scheduler"),
+		"--kubeconfig", kubeconfigPath,
+		"--leader-elect=false",
+		"--bind-address", "127.0.0.1",
+		"--secure-port", "0",
+		"--v", "1"); err != nil {
+		return err
+	}
 	return n.startProcess("kube-controller-manager", filepath.Join(n.bins, "kube-controller-manager"),
 		"--kubeconfig", kubeconfigPath,
-		"--controllers", "garbagecollector,serviceaccount",
+		"--controllers", "garbagecollector,serviceaccount,daemonset,deployment,replicaset,root-ca-cert-publisher",
 		"--leader-elect=false",
 		"--bind-address", "127.0.0.1",
 		"--secure-port", "0",
 		"--v", "1")
+}
+
+// importImage imports an OCI image archive into the node's containerd (the CRI's namespace).
+func (n *node) importImage(ctx context.Context, archive string) error {
+	if out, err := exec.CommandContext(ctx, "ctr", "--address", n.containerdSocket(), "-n", "k8s.io", "images", "import", archive).CombinedOutput(); err != nil {
+		return fmt.Errorf("importing the image %s: %v: %s", filepath.Base(archive), err, out)
+	}
+	return nil
 }
 
 func (n *node) writeFile(name, content string) error {
