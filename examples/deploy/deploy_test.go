@@ -76,11 +76,20 @@ type prometheusRule struct {
 func TestManifestsDecodeStrictly(t *testing.T) {
 	kinds := map[string]int{}
 	for _, doc := range documents(t) {
-		if bytes.Contains(doc.raw, []byte("kind: PrometheusRule")) {
-			if _, err := decodeRule(doc.raw); err != nil {
+		if kind, ok := strictKind(doc.raw); ok {
+			var err error
+			switch kind {
+			case "PrometheusRule":
+				_, err = decodeRule(doc.raw)
+			case "PodMonitor":
+				err = decodeStrictly(doc.raw, &podMonitor{})
+			case "ClusterIssuer":
+				err = decodeStrictly(doc.raw, &cmapi.ClusterIssuer{})
+			}
+			if err != nil {
 				t.Errorf("%s: %v", doc.file, err)
 			}
-			kinds["PrometheusRule"]++
+			kinds[kind]++
 			continue
 		}
 		obj, err := manifests.Decode(doc.raw)
@@ -90,7 +99,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		}
 		kinds[obj.GetObjectKind().GroupVersionKind().Kind]++
 	}
-	for _, kind := range []string{"CSIDriver", "DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PrometheusRule"} {
+	for _, kind := range []string{"CSIDriver", "DaemonSet", "Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PrometheusRule", "PodMonitor", "ClusterIssuer"} {
 		if kinds[kind] == 0 {
 			t.Errorf("no %s among the manifests (%v)", kind, kinds)
 		}
@@ -260,10 +269,17 @@ type manifest struct {
 	raw  []byte
 }
 
+// manifestFiles are the directory's YAML files of Kubernetes objects (all but the
+// kustomization).
+func manifestFiles() ([]string, error) {
+	files, err := filepath.Glob("*.yaml")
+	return slices.DeleteFunc(files, func(f string) bool { return f == "kustomization.yaml" }), err
+}
+
 // documents returns every YAML document of the directory's files.
 func documents(t *testing.T) []manifest {
 	t.Helper()
-	files, err := filepath.Glob("*.yaml")
+	files, err := manifestFiles()
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests: %v", err)
 	}
@@ -301,12 +317,27 @@ func alertRules(t *testing.T) []prometheusRule {
 
 func decodeRule(raw []byte) (prometheusRule, error) {
 	var r prometheusRule
+	return r, decodeStrictly(raw, &r)
+}
+
+// strictKind returns the kind of a document that is not a Kubernetes built-in type (the
+// Prometheus operator's and cert-manager's), which the tests decode into their own types.
+func strictKind(raw []byte) (string, bool) {
+	for _, kind := range []string{"PrometheusRule", "PodMonitor", "ClusterIssuer"} {
+		if bytes.Contains(raw, []byte("\nkind: "+kind+"\n")) {
+			return kind, true
+		}
+	}
+	return "", false
+}
+
+// decodeStrictly decodes a YAML document into v, refusing fields v does not have.
+func decodeStrictly(raw []byte, v any) error {
 	js, err := yaml.YAMLToJSON(raw)
 	if err != nil {
-		return r, err
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
-	err = dec.Decode(&r)
-	return r, err
+	return dec.Decode(v)
 }
