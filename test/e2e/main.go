@@ -140,9 +140,16 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 		return nil, err
 	}
 
+	// The audit log tells who created each CertificateRequest (the deployment story).
+	auditPolicy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(auditPolicy, []byte(auditPolicyYAML), 0o600); err != nil {
+		return nil, err
+	}
 	cp, err := controlplane.Start(controlplane.Options{APIServerArgs: map[string]string{
 		// kubelet refuses a loopback node IP; the apiserver reaches it (pods/log) by name.
 		"kubelet-preferred-address-types": "Hostname",
+		"audit-policy-file":               auditPolicy,
+		"audit-log-path":                  filepath.Join(dir, "audit.log"),
 	}})
 	if err != nil {
 		return nil, err
@@ -198,6 +205,8 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	results = append(results, readiness)
 	nodeBound, nodeBoundFigures := c.storyNodeBound(ctx)
 	results = append(results, nodeBound)
+	// Last: it replaces the driver process of the other stories by the set's DaemonSet.
+	results = append(results, c.storyDeploymentAppliedWhole(ctx))
 	slices.SortStableFunc(results, func(a, b result) int { return strings.Compare(a.story, b.story) })
 	defer printNodeBoundFigures(nodeBoundFigures)
 	defer printReadinessFigures(readinessFigures)
@@ -242,6 +251,19 @@ func buildImage(binDir, archive string) error {
 	}
 	return writeImageArchive(archive, imageName, files, []string{"/pause"})
 }
+
+// auditPolicyYAML records who creates CertificateRequests, and nothing else.
+const auditPolicyYAML = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create]
+  resources:
+  - group: cert-manager.io
+    resources: [certificaterequests]
+- level: None
+`
 
 // errTimeout marks a bounded wait that ran out.
 var errTimeout = errors.New("timed out")

@@ -242,20 +242,7 @@ func (c *cluster) approvedByExampleApprover(ctx context.Context, pod string) err
 	if err != nil {
 		return err
 	}
-	n := 0
-	for _, req := range list.Items {
-		if req.Annotations[approval.PodNameAnnotationKey] != pod {
-			continue
-		}
-		n++
-		if !requestHas(&req, cmapi.CertificateRequestConditionApproved, controller.Reason) || len(req.Status.Certificate) == 0 {
-			return fmt.Errorf("request %s of %s: not approved by the example approver, or not issued: %+v", req.Name, pod, req.Status.Conditions)
-		}
-	}
-	if n == 0 {
-		return fmt.Errorf("no request names pod %s", pod)
-	}
-	return nil
+	return approvedAndIssued(list.Items, pod)
 }
 
 // requestHas reports whether req has the condition typ True, with reason (any when empty).

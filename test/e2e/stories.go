@@ -50,7 +50,12 @@ type logLine struct {
 
 // containerLines returns the checker's log lines with their timestamps.
 func (c *cluster) containerLines(ctx context.Context, pod string) ([]logLine, error) {
-	raw, err := c.kube.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: "checker", Timestamps: true}).DoRaw(ctx)
+	return c.logLines(ctx, namespace, pod, "checker")
+}
+
+// logLines returns a container's log lines with their timestamps.
+func (c *cluster) logLines(ctx context.Context, ns, pod, container string) ([]logLine, error) {
+	raw, err := c.kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, Timestamps: true}).DoRaw(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -71,10 +76,15 @@ func (c *cluster) containerLines(ctx context.Context, pod string) ([]logLine, er
 
 // waitLines waits until the checker's log satisfies cond, and returns the lines.
 func (c *cluster) waitLines(ctx context.Context, pod, what string, timeout time.Duration, cond func([]logLine) bool) ([]logLine, error) {
+	return c.waitLinesIn(ctx, namespace, pod, "checker", what, timeout, cond)
+}
+
+// waitLinesIn waits until a container's log satisfies cond, and returns the lines.
+func (c *cluster) waitLinesIn(ctx context.Context, ns, pod, container, what string, timeout time.Duration, cond func([]logLine) bool) ([]logLine, error) {
 	var lines []logLine
 	err := poll(ctx, what, 100*time.Millisecond, timeout, func() (bool, error) {
 		var err error
-		if lines, err = c.containerLines(ctx, pod); err != nil {
+		if lines, err = c.logLines(ctx, ns, pod, container); err != nil {
 			return false, nil // not started yet
 		}
 		return cond(lines), nil
