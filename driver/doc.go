@@ -20,7 +20,8 @@ limitations under the License.
 //
 // NodePublishVolume validates the request first (InvalidArgument, nothing written), serialises
 // operations per volume ID (a later call waits for the earlier one, including its clean-up, and
-// gets Aborted only if its own deadline passes first), registers the volume's metadata, obtains
+// gets Aborted if the earlier one still runs a second before its own deadline, or half-way for a
+// caller with less than two seconds), registers the volume's metadata, obtains
 // the first certificate (or hands the volume to the background loop when ContinueOnNotReady is
 // set and the volume is not ready to request), bind-mounts the data directory read-only at the
 // target path, and only then persists Mounted. A failure before that point unmanages the volume,

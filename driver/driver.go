@@ -68,8 +68,10 @@ type Driver struct {
 	server *GRPCServer
 }
 
-// New listens on endpoint ("unix:///path/to/csi.sock" or "tcp://host:port"; see listen) and
-// returns a driver ready to Run.
+// New listens on endpoint ("unix:///path/to/csi.sock" or "tcp://host:port", the scheme in any
+// case) and returns a driver ready to Run. A unix socket is at "/" followed by the rest of the
+// endpoint, so "unix://csi/csi.sock" is /csi/csi.sock too; whatever file is there is removed
+// first.
 func New(ctx context.Context, endpoint string, log logr.Logger, opts Options) (*Driver, error) {
 	lis, err := listen(ctx, endpoint)
 	if err != nil {

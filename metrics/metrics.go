@@ -85,8 +85,8 @@ type Metrics struct {
 //   - gate_pending: the driver's readiness gate said "not yet" at the last attempt;
 //   - failing: the last attempt failed with an issuance error (denied, failed, refused, timed
 //     out), whether or not the volume still has a valid certificate;
-//   - overdue: its certificate is past its renewal time by more than the overdue margin and has
-//     not been renewed;
+//   - overdue: its certificate is past its renewal time by more than a quarter of the time from
+//     the renewal time to expiry, and has not been renewed;
 //   - expired: its certificate is past its NotAfter.
 var VolumeStates = []string{"issued", "pending", "gate_pending", "failing", "overdue", "expired"}
 
@@ -249,7 +249,8 @@ func (m *Metrics) IncrementIssueErrorCountTotal(nodeNameHash, volumeID string) {
 }
 
 // IncrementGatePendingCountTotal counts one attempt that found the volume not yet ready to
-// request (only with EnableExtendedMetrics, as the three below).
+// request. It records only after EnableExtendedMetrics, as do ObservePublishToFirstCertificate,
+// SetAdmissionWaiting and IncrementAdmissionWaits.
 func (m *Metrics) IncrementGatePendingCountTotal(nodeNameHash, volumeID string) {
 	if m.ExtendedMetricsEnabled() {
 		m.gatePendingCountTotal.WithLabelValues(nodeNameHash, volumeID).Inc()

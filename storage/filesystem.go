@@ -80,7 +80,8 @@ type FilesystemOptions struct {
 //  4. fsync the directory.
 //
 // On disk, metadata carries an explicit "mounted" key; a file without one was written by
-// upstream csi-lib and is read by upstream's rule (see decodeOnDisk).
+// upstream csi-lib and is read by upstream's rule: mounted exactly when nextIssuanceTime is
+// present.
 //
 // Data files are projected atomically as a set (see WriteFiles). Writers of one volume are
 // serialised by a per-volume lock; readers take no lock. A volume directory, data directory or
@@ -396,10 +397,14 @@ func (f *Filesystem) ValidateMetadata(meta metadata.Metadata) error {
 	return err
 }
 
-// WriteFiles projects files into the volume's data directory atomically as a set; see
-// projectFiles for the steps. Names follow kubelet's rules (see cleanFilePath; sub-paths such as
-// "certs/tls.crt" work). Files are 0440; with an fsGroup the data directory and the files belong
-// to that group. Every check happens before anything is written: an error changes nothing. A
+// WriteFiles projects files into the volume's data directory atomically as a set, as kubelet's
+// atomic writer does: every file goes into a new hidden generation directory, a rename of the
+// "..data" symlink swaps the whole set in, each visible name is a symlink through "..data", and
+// names no longer in the set and older generations are removed. Names follow kubelet's rules:
+// not empty, relative, no ".." element, elements of at most 255 bytes, at most 4096 bytes in
+// all, and no first element starting with ".." that is longer than two characters; sub-paths
+// such as "certs/tls.crt" work, and names are cleaned ("./a" is "a"). Files are 0440; with an
+// fsGroup the data directory and the files belong to that group. Every check happens before anything is written: an error changes nothing. A
 // volume without a directory is an error matching ErrNotFound: it was removed, and is not
 // recreated behind an unpublish.
 func (f *Filesystem) WriteFiles(meta metadata.Metadata, files map[string][]byte) error {

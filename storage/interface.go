@@ -37,7 +37,8 @@ var (
 	// ErrInvalidVolumeID is returned when a volume ID is not a single safe path element.
 	ErrInvalidVolumeID = errors.New("invalid volume ID")
 
-	// ErrInvalidFileName is returned when a data file name is not a single safe path element.
+	// ErrInvalidFileName is returned when a data file name breaks kubelet's rules for projected
+	// files (see Filesystem.WriteFiles).
 	ErrInvalidFileName = errors.New("invalid file name")
 
 	// errNotDirectory marks a volume directory, data directory or "..data" that is not what

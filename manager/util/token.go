@@ -54,7 +54,9 @@ func ClientForMetadataTokenRequestEmptyAud(restConfig *rest.Config) manager.Clie
 }
 
 // configForToken is the client configuration for a pod's token: only these fields of
-// restConfig are kept, so the pod's token is the only credential.
+// restConfig are kept, as upstream keeps them, so the pod's token is the only credential unless
+// restConfig's TLS configuration carries a client certificate (which the apiserver would
+// authenticate first).
 func configForToken(restConfig *rest.Config, token string) *rest.Config {
 	return &rest.Config{
 		Host:            restConfig.Host,
