@@ -293,3 +293,41 @@ func TestDashboardExpressions(t *testing.T) {
 		}
 	}
 }
+
+// quietFamilies are the families a driver serves only once something happened: an issuance
+// error, a gate-pending attempt, an attempt waiting for admission. A driver that has issued
+// without trouble serves none of them (their vectors have no series yet).
+var quietFamilies = []string{
+	"certmanager_csi_issue_errors_total",
+	"certmanager_csi_issue_gate_pending_total",
+	"certmanager_csi_issuance_admission_waiting",
+	"certmanager_csi_issuance_admission_waits_total",
+}
+
+// TestQuietDriver: on the scrape of a driver that has issued without trouble, the expressions
+// that read the event families select nothing and fail, unless those families are allowed to
+// be absent.
+func TestQuietDriver(t *testing.T) {
+	exprs := deployExpressions(t)
+	scrape := completeScrape(t)
+	for _, f := range quietFamilies {
+		scrape = without(scrape, f)
+	}
+	fail := []string{
+		"alert CSICertificateIssuanceFailing", "alert CSIReadinessGatePendingLong",
+		`panel "Issuance errors per second" A`, `panel "Gate-pending attempts per second" A`,
+		`panel "Issuance attempts waiting for admission" A`,
+	}
+	results := evaluate(t, scrape, target, exprs, Options{})
+	for _, e := range exprs {
+		if got, want := results[e.Name].Failed(), slices.Contains(fail, e.Name); got != want {
+			t.Errorf("%s: failed %v, want %v: %q", e.Name, got, want, results[e.Name].Problems)
+		}
+	}
+	results = evaluate(t, scrape, target, exprs, Options{AbsentOK: quietFamilies})
+	for _, e := range exprs {
+		if r := results[e.Name]; r.Failed() {
+			t.Errorf("%s: %q", e.Name, r.Problems)
+		}
+	}
+}

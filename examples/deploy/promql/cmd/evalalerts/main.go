@@ -35,6 +35,14 @@ limitations under the License.
 // lines that follow an expression's, indented, give each selector's series count and the
 // engine's notes. It exits 1 when any expression failed or the scrape cannot be read, 2 on a
 // usage error.
+//
+// A driver serves some families only once something happened to it:
+// certmanager_csi_issue_errors_total (an issuance error), certmanager_csi_issue_gate_pending_total
+// (a gate-pending attempt), certmanager_csi_issuance_admission_waiting and
+// certmanager_csi_issuance_admission_waits_total (an attempt that waited for admission). On the
+// scrape of a driver that has only issued without trouble, the expressions reading them fail
+// with "selects no series"; either provoke those events before the scrape or name the families
+// in -absent-ok.
 package main
 
 import (
