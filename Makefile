@@ -46,7 +46,8 @@ unit:
 	cd test/e2e && $(GO) test -race -count=1 ./...
 
 ## alerts: the example deployment's alert and dashboard expressions parsed by Prometheus's own
-## PromQL parser (examples/deploy/promql, a module of its own).
+## PromQL parser, and evaluated by its engine against a scrape of every family
+## (examples/deploy/promql, a module of its own; its cmd/evalalerts checks a real scrape).
 alerts:
 	cd examples/deploy/promql && $(GO) vet ./... && $(GO) test -count=1 ./...
 
