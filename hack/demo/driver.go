@@ -46,7 +46,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/cert-manager/csi-lib/driver"
-	"github.com/cert-manager/csi-lib/examples/csi-driver/podgate"
+	"github.com/cert-manager/csi-lib/examples/csi-driver/plugin"
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/manager"
@@ -109,7 +109,7 @@ func startDriver(cfg driverConfig) (*exampleDriver, error) {
 	pods := podFactory.Core().V1().Pods()
 	podLister := pods.Lister()
 	ed.pods = podLister
-	gate := podgate.OnPodIP(podLister)
+	gate := plugin.PodIPGate(podLister)
 
 	// Metrics read the node's CertificateRequests from their own informer.
 	nodeHash := util.HashIdentifier(cfg.nodeID)
