@@ -34,21 +34,17 @@ import (
 // own signer answers its requests.
 const outageNamespace = "demo-outage"
 
-// startCertManager writes the apiserver's kubeconfig into dir, starts cert-manager's controllers
-// (the binary at path) by PID with their output in dir/cm-controllers.log, creates in each
+// startCertManager starts cert-manager's controllers (the binary at path, on the apiserver's
+// kubeconfig d.kubeconfig) by PID with their output in dir/cm-controllers.log, creates in each
 // namespace a CA secret on the demo's CA and the CA Issuer demo-ca on it, and waits until
 // cert-manager has every Issuer Ready. The returned function stops the controllers by that PID.
-func (d *demo) startCertManager(path string, kubeconfig []byte, dir string, namespaces ...string) (stop func(), err error) {
+func (d *demo) startCertManager(path string, dir string, namespaces ...string) (stop func(), err error) {
 	ctx := context.Background()
-	kubeconfigPath := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
-		return nil, err
-	}
 	logFile, err := os.Create(filepath.Join(dir, "cm-controllers.log"))
 	if err != nil {
 		return nil, err
 	}
-	p, err := controlplane.StartCertManager(path, kubeconfigPath, logFile)
+	p, err := controlplane.StartCertManager(path, d.kubeconfig, logFile)
 	if err != nil {
 		_ = logFile.Close()
 		return nil, err

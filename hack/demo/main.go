@@ -17,8 +17,8 @@ limitations under the License.
 // Command demo shows the library doing its whole job on one machine: a real kube-apiserver and
 // etcd (envtest), cert-manager's own controllers signing from a CA Issuer (hack/cm-controllers,
 // CM_CONTROLLERS; the signer outage of story 4 has a signer of the demo's own, which can fail
-// requests, in a namespace of its own), an example node driver built from
-// the library's public API, and a kubelet stand-in that creates pods and publishes their
+// requests, in a namespace of its own), the example node driver (examples/csi-driver's package
+// plugin, built from the library's public API, run in this process), and a kubelet stand-in that creates pods and publishes their
 // volumes over CSI gRPC. Run it with `make demo` (which builds the envtest binaries first);
 // `make demo ARGS=--help` lists the options.
 //
@@ -58,11 +58,11 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
+	"github.com/cert-manager/csi-lib/examples/csi-driver/plugin"
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
-	"github.com/cert-manager/csi-lib/storage"
 	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/test/testkit/controlplane"
 )
@@ -108,8 +108,10 @@ type demo struct {
 	ca      *testkit.CA
 	log     logr.Logger
 	workDir string
-	mounter mount.Interface
-	plain   bool
+	// kubeconfig is the apiserver's kubeconfig, for cert-manager's controllers and the driver.
+	kubeconfig string
+	mounter    mount.Interface
+	plain      bool
 
 	refuse  atomic.Bool        // story 4: the demo's signer fails every request
 	mu      sync.Mutex         // guards vols
@@ -186,7 +188,11 @@ func run(o options) error {
 			return err
 		}
 	}
-	stopCertManager, err := d.startCertManager(cmControllers, cp.KubeConfig, work, "demo", "demo-old")
+	d.kubeconfig = filepath.Join(work, "kubeconfig")
+	if err := os.WriteFile(d.kubeconfig, cp.KubeConfig, 0o600); err != nil {
+		return err
+	}
+	stopCertManager, err := d.startCertManager(cmControllers, work, "demo", "demo-old")
 	if err != nil {
 		return err
 	}
@@ -209,16 +215,17 @@ func run(o options) error {
 	}
 
 	// The example driver, new behaviour.
-	newCfg := d.driverConfig("driver", "demo-node", "base-new", true, nil)
-	drv, err := startDriver(newCfg)
+	newCfg := driverConfig{name: "driver", nodeID: "demo-node", base: "base-new", requeuePods: true, metrics: true}
+	drv, err := d.startDriver(newCfg)
 	if err != nil {
 		return err
 	}
-	defer func() { drv.stop() }()
-	metricsURL, stopMetrics, err := drv.serveMetrics(o.metricsAddr)
-	if err != nil {
-		return err
-	}
+	defer func() {
+		if drv != nil {
+			drv.stop()
+		}
+	}()
+	metricsURL := drv.metricsURL()
 	d.say("example driver serving CSI on %s, metrics at %s", drv.socket, metricsURL)
 
 	// Story 1.
@@ -227,8 +234,7 @@ func run(o options) error {
 	oldRes := ""
 	if err == nil {
 		fmt.Fprintln(d.out, "\n   ...and the same with the old behaviour: gate pending retried on the 30 s issuance backoff, no RequeuePod")
-		old := manager.DefaultRenewalBackoff()
-		oldDrv, serr := startDriver(d.driverConfig("driver-old", "demo-node-old", "base-old", false, &old))
+		oldDrv, serr := d.startDriver(driverConfig{name: "driver-old", nodeID: "demo-node-old", base: "base-old", preV012Gate: true})
 		if serr != nil {
 			return serr
 		}
@@ -249,11 +255,10 @@ func run(o options) error {
 	fmt.Fprintln(d.out, "\n== Story 3: the driver dies during a first issuance and the pod is deleted meanwhile")
 	drv, res, err = d.crash(drv, newCfg)
 	check(3, err, res)
-	stopMetrics()
-	if metricsURL, stopMetrics, err = drv.serveMetrics(o.metricsAddr); err != nil {
-		return err
+	if drv == nil {
+		return fmt.Errorf("story 3 left no driver running: %w", err)
 	}
-	defer stopMetrics()
+	metricsURL = drv.metricsURL()
 
 	// Story 4.
 	fmt.Fprintln(d.out, "\n== Story 4: signer outage")
@@ -283,22 +288,6 @@ func run(o options) error {
 	}
 	fmt.Fprintf(d.out, "\n4 passed, 0 failed\n")
 	return nil
-}
-
-func (d *demo) driverConfig(name, nodeID, base string, requeue bool, gateBackoff *managerBackoff) driverConfig {
-	issue := manager.DefaultRenewalBackoff()
-	issue.Duration = d.o.issueBackoff
-	cfg := driverConfig{
-		name: name, nodeID: nodeID, baseDir: filepath.Join(d.workDir, base), socketDir: d.workDir,
-		kube: d.kube, cm: d.cm, mounter: d.mounter, plainDir: d.plain, requeuePod: requeue,
-		gateBackoff: gateBackoff, issueBackoff: &issue, log: d.log, onWritten: d.onWritten,
-	}
-	if gateBackoff != nil { // the old behaviour: everything on the library's 30 s issuance backoff, no gate poll
-		def := manager.DefaultRenewalBackoff()
-		cfg.issueBackoff = &def
-		cfg.gatePoll = -1
-	}
-	return cfg
 }
 
 // chooseMounts uses real tmpfs and bind mounts when this process may mount, else a plain
@@ -337,12 +326,15 @@ func (d *demo) cleanupMounts() {
 	}
 }
 
-func (d *demo) onWritten(meta metadata.Metadata, chain []byte) {
+// onWritten is the drivers' OnWritten: it notes the certificate written, where ..data points
+// and the serial of the chain.
+func (d *demo) onWritten(meta metadata.Metadata) {
 	target, _ := os.Readlink(filepath.Join(meta.TargetPath, "..data"))
 	if target == "" {
 		// With a recording mounter the target path is empty: read the store's directory.
 		target = readDataLink(d.workDir, meta.VolumeID)
 	}
+	chain := readVolumeFile(d.workDir, meta.VolumeID, "tls.crt")
 	d.mu.Lock()
 	v := d.vols[util.HashIdentifier(meta.VolumeID)]
 	if v != nil {
@@ -418,7 +410,8 @@ func (d *demo) watchRequests(ctx context.Context) {
 func (d *demo) publish(ctx context.Context, drv *exampleDriver, ns, pod string, ipDelay time.Duration) (*volume, error) {
 	p, err := d.kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		// On the driver's node: the driver watches its own node's pods.
+		Spec: corev1.PodSpec{NodeName: drv.nodeID, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, err
@@ -443,7 +436,7 @@ func (d *demo) publish(ctx context.Context, drv *exampleDriver, ns, pod string, 
 		}
 		// Publish only once the driver's pod informer has seen the IP, so the gate is open.
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if seen, err := drv.pods.Pods(ns).Get(pod); err == nil && seen.Status.PodIP != "" {
+			if seen, err := drv.serving.Pods.Pods(ns).Get(pod); err == nil && seen.Status.PodIP != "" {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -462,7 +455,7 @@ func (d *demo) publish(ctx context.Context, drv *exampleDriver, ns, pod string, 
 		VolumeContext: map[string]string{
 			metadata.EphemeralVolumeContextKey: "true", metadata.PodNameVolumeContextKey: pod,
 			metadata.PodNamespaceVolumeContextKey: ns, metadata.PodUIDVolumeContextKey: string(p.UID),
-			"csi.example.com/duration": d.o.lifetime.String(),
+			plugin.DurationAttribute: d.o.lifetime.String(),
 		},
 	}
 	if _, err := client.NodePublishVolume(ctx, req); err != nil {
@@ -551,8 +544,9 @@ func (d *demo) renewal() (string, error) {
 
 // frozenStore stands for a killed process: once frozen it drops every write, so the directory
 // keeps exactly what the process had written.
+// (It is the driver's store wrapped through plugin.Config.WrapStore.)
 type frozenStore struct {
-	*storage.Filesystem
+	plugin.Store
 	frozen atomic.Bool
 }
 
@@ -560,19 +554,19 @@ func (f *frozenStore) WriteMetadata(id string, m metadata.Metadata) error {
 	if f.frozen.Load() {
 		return nil
 	}
-	return f.Filesystem.WriteMetadata(id, m)
+	return f.Store.WriteMetadata(id, m)
 }
 func (f *frozenStore) WriteFiles(m metadata.Metadata, files map[string][]byte) error {
 	if f.frozen.Load() {
 		return nil
 	}
-	return f.Filesystem.WriteFiles(m, files)
+	return f.Store.WriteFiles(m, files)
 }
 func (f *frozenStore) RemoveVolume(id string) error {
 	if f.frozen.Load() {
 		return nil
 	}
-	return f.Filesystem.RemoveVolume(id)
+	return f.Store.RemoveVolume(id)
 }
 
 func (d *demo) crash(drv *exampleDriver, cfg driverConfig) (*exampleDriver, string, error) {
@@ -580,8 +574,8 @@ func (d *demo) crash(drv *exampleDriver, cfg driverConfig) (*exampleDriver, stri
 	// Restart the driver with a store we can freeze, keeping the same directory.
 	var frozen *frozenStore
 	drv.stop()
-	cfg.wrapStore = func(fs *storage.Filesystem) storage.Interface { frozen = &frozenStore{Filesystem: fs}; return frozen }
-	drv, err := startDriver(cfg)
+	cfg.wrapStore = func(s plugin.Store) plugin.Store { frozen = &frozenStore{Store: s}; return frozen }
+	drv, err := d.startDriver(cfg)
 	if err != nil {
 		return nil, "", err
 	}
@@ -602,8 +596,11 @@ func (d *demo) crash(drv *exampleDriver, cfg driverConfig) (*exampleDriver, stri
 		time.Sleep(50 * time.Millisecond)
 	}
 	d.say("doomed     published, request submitted, the signer has not answered yet: killing the driver now")
+	// The nearest an in-process demo gets to a killed driver: the store keeps exactly what it
+	// had written, and the stop (manager first, so the publish in flight fails at once) writes
+	// and removes nothing.
 	frozen.frozen.Store(true)
-	drv.kill()
+	drv.stop()
 	if err := d.kube.CoreV1().Pods("demo-crash").Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
 		return nil, "", err
 	}
@@ -619,11 +616,11 @@ func (d *demo) crash(drv *exampleDriver, cfg driverConfig) (*exampleDriver, stri
 	defer w.Stop()
 
 	cfg.wrapStore = nil
-	drv, err = startDriver(cfg)
+	drv, err = d.startDriver(cfg)
 	if err != nil {
 		return nil, "", err
 	}
-	sweep := drv.fs.StartupSweep()
+	sweep := drv.serving.Filesystem.StartupSweep()
 	d.say("driver restarted: start-up sweep removed never-published %v, kept %d mounted volumes", sweep.RemovedNeverMounted, sweep.Kept)
 	// A resumed volume is ready: it has a certificate that is not due, renewing at once if it
 	// fell due while the driver was down.
@@ -632,7 +629,7 @@ func (d *demo) crash(drv *exampleDriver, cfg driverConfig) (*exampleDriver, stri
 		resumed = 0
 		d.mu.Lock()
 		for _, v := range d.vols {
-			if v.ns == "demo" && drv.m.IsVolumeReady(v.id) {
+			if v.ns == "demo" && drv.serving.Manager.IsVolumeReady(v.id) {
 				resumed++
 			}
 		}

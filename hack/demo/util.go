@@ -25,12 +25,7 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
-
-	"k8s.io/apimachinery/pkg/util/wait"
 )
-
-// managerBackoff is the backoff type the manager options take.
-type managerBackoff = wait.Backoff
 
 func pct(d []time.Duration, p float64) string {
 	if len(d) == 0 {
@@ -77,4 +72,16 @@ func readDataLink(workDir, volumeID string) string {
 		}
 	}
 	return ""
+}
+
+// readVolumeFile reads a data file of a volume in any of the demo's stores ("" if there is
+// none).
+func readVolumeFile(workDir, volumeID, name string) []byte {
+	matches, _ := filepath.Glob(filepath.Join(workDir, "base-*", "inmemfs", volumeID, "data", name))
+	for _, m := range matches {
+		if b, err := os.ReadFile(m); err == nil {
+			return b
+		}
+	}
+	return nil
 }

@@ -32,6 +32,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cert-manager/csi-lib/examples/csi-driver/plugin"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -42,7 +43,7 @@ import (
 // that cert-manager can tell runs on cert-manager.
 
 const (
-	// issuerName is the example driver (examples/csi-driver)'s default issuer (its IssuerName), a CA Issuer.
+	// issuerName is the test driver's default issuer (./testdriver's --issuer-name), a CA Issuer.
 	issuerName = "e2e-ca"
 	// caSecretName is the CA Issuer's secret in the stories' namespace, and the CA
 	// ClusterIssuer's in clusterResourceNamespace.
@@ -51,10 +52,10 @@ const (
 	clusterIssuerName = "e2e-cluster-ca"
 	// clusterResourceNamespace is where cert-manager reads ClusterIssuers' secrets.
 	clusterResourceNamespace = "cert-manager"
-	// issuerKindAttribute and issuerNameAttribute are the example driver (examples/csi-driver)'s volume attributes naming
-	// a pod's issuer.
-	issuerKindAttribute = "csi.e2e.csi-lib.example/issuer-kind"
-	issuerNameAttribute = "csi.e2e.csi-lib.example/issuer-name"
+	// issuerKindAttribute and issuerNameAttribute are the example driver's volume attributes
+	// naming a pod's issuer.
+	issuerKindAttribute = plugin.IssuerKindAttribute
+	issuerNameAttribute = plugin.IssuerNameAttribute
 )
 
 // clusterIssuerAttributes make a pod's requests name the CA ClusterIssuer.

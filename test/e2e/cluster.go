@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/cert-manager/csi-lib/examples/csi-driver/plugin"
 	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/test/testkit/controlplane"
 )
@@ -129,7 +130,7 @@ func newCluster(ctx context.Context, cp *controlplane.ControlPlane, kube kuberne
 type driverFlags struct {
 	gateOnPodIP  bool          // readiness gate on the pod's IP, with ContinueOnNotReady
 	requeuePods  bool          // RequeuePod from the driver's pod informer
-	oldGate      bool          // a closed gate retried on the 30 s issuance backoff, no poll
+	preV012Gate  bool          // a closed gate retried on the 30 s issuance backoff, no poll (before v0.12.0)
 	issueBackoff time.Duration // the issuance backoff's first step (0: the library's)
 	podCondition bool          // keep readyCondition on the pods (manager.Options.PodCondition)
 }
@@ -142,10 +143,10 @@ func (f driverFlags) podConditionType() string {
 	return ""
 }
 
-// startDriver starts the driver process and waits until kubelet lists it in the CSINode.
+// startDriver starts the driver process (testdriver) and waits until kubelet lists it in the CSINode.
 func (c *cluster) startDriver(ctx context.Context, f driverFlags) error {
 	start := time.Now()
-	if err := c.n.startProcess("driver", filepath.Join(c.binDir, "csi-driver"),
+	if err := c.n.startProcess("driver", filepath.Join(c.binDir, "testdriver"),
 		"--kubeconfig", c.driverKubeconfig,
 		"--driver-name", driverName,
 		"--node-id", nodeName,
@@ -156,7 +157,7 @@ func (c *cluster) startDriver(ctx context.Context, f driverFlags) error {
 		"--metrics-address", c.metricsAddress,
 		fmt.Sprintf("--gate-on-pod-ip=%t", f.gateOnPodIP),
 		fmt.Sprintf("--requeue-pods=%t", f.requeuePods),
-		fmt.Sprintf("--old-gate-behaviour=%t", f.oldGate),
+		fmt.Sprintf("--pre-v0.12-gate=%t", f.preV012Gate),
 		"--issue-backoff", f.issueBackoff.String(),
 		"--pod-condition", f.podConditionType(),
 		"--v", "4"); err != nil {
@@ -341,7 +342,7 @@ func certPod(name string, lifetime time.Duration) *corev1.Pod {
 			}},
 			Volumes: []corev1.Volume{{Name: "certs", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
 				Driver: driverName, ReadOnly: ptr.To(true),
-				VolumeAttributes: map[string]string{"csi.e2e.csi-lib.example/duration": lifetime.String()},
+				VolumeAttributes: map[string]string{plugin.DurationAttribute: lifetime.String()},
 			}}}},
 		},
 	}

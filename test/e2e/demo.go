@@ -74,9 +74,9 @@ func (c *cluster) demoGate(ctx context.Context, pods int) demoStory {
 		flags  driverFlags
 	}{
 		{"RequeuePod", "app", driverFlags{gateOnPodIP: true, requeuePods: true}},
-		{"old behaviour", "old", driverFlags{gateOnPodIP: true, oldGate: true}},
+		{"old behaviour", "old", driverFlags{gateOnPodIP: true, preV012Gate: true}},
 	} {
-		if v.flags.oldGate {
+		if v.flags.preV012Gate {
 			fmt.Println("   ...and the same with the old behaviour: gate pending retried on the 30 s issuance backoff, no RequeuePod")
 		}
 		c.stopDriver(syscall.SIGTERM)

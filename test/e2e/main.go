@@ -16,8 +16,8 @@ limitations under the License.
 
 // Command e2e runs the library's stories on a real node: kubelet, containerd, runc and Debian's
 // CNI plugins on this machine, against an envtest kube-apiserver, with a CSI driver built from
-// the library's public API (examples/csi-driver) that kubelet discovers through its plugin
-// registration socket. With -demo it tells the demo's four stories instead (make demo on a
+// the library's public API (examples/csi-driver's plugin, run by ./testdriver) that kubelet
+// discovers through its plugin registration socket. With -demo it tells the demo's four stories instead (make demo on a
 // machine that can run a node). It needs root; it says why and exits 2 where the machine cannot
 // run a node. Every process it starts is stopped by its recorded PID, and everything it creates
 // is removed, when it ends.
@@ -214,17 +214,18 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	return results, nil
 }
 
-// buildBinaries builds the pause, checker and driver commands, static, into dir: pause and
-// checker in this module (test/e2e), the driver and the approver in the examples module. Each
-// is a module of its own, so each gets its own go build, run in the module's directory (the
-// working directory is the repository's root).
+// buildBinaries builds the commands the node runs, static, into dir: pause, checker and
+// testdriver (the driver the stories run: the example's plugin with the stories' knobs) in this
+// module (test/e2e), and the approver and the example driver itself (csi-driver) in the examples
+// module. Each is a module of its own, so each gets its own go build, run in the module's
+// directory (the working directory is the repository's root).
 func buildBinaries(ctx context.Context, dir string) error {
 	start := time.Now()
 	for _, b := range []struct {
 		module string
 		pkgs   []string
 	}{
-		{"test/e2e", []string{"./pause", "./checker"}},
+		{"test/e2e", []string{"./pause", "./checker", "./testdriver"}},
 		{"examples", []string{"./csi-driver", "./approver"}},
 	} {
 		args := append([]string{"build", "-trimpath", "-o", dir + "/"}, b.pkgs...)
@@ -235,7 +236,7 @@ func buildBinaries(ctx context.Context, dir string) error {
 			return fmt.Errorf("building the e2e binaries in %s: %v: %s", b.module, err, out)
 		}
 	}
-	logf("built pause, checker, driver and approver in %v", time.Since(start).Round(100*time.Millisecond))
+	logf("built pause, checker, testdriver, csi-driver and approver in %v", time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
 

@@ -34,8 +34,9 @@ import (
 )
 
 // readyCondition is the pod condition the driver keeps in story 8 (manager.Options.PodCondition),
-// listed in the pods' readiness gates.
-const readyCondition = corev1.PodConditionType("csi.e2e.csi-lib.example/certificate-ready")
+// listed in the pods' readiness gates: the type examples/deploy/pod-condition-policy.yaml lets the
+// driver change.
+const readyCondition = corev1.PodConditionType("csi.example.com/certificate-ready")
 
 // readinessFigures are story 8's measurements.
 type readinessFigures struct {

@@ -38,6 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/cert-manager/csi-lib/examples/csi-driver/plugin"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 )
@@ -194,8 +195,8 @@ func (c *cluster) createPod(ctx context.Context, name string, lifetime, renewBef
 	return err
 }
 
-// renewBeforeAttribute is the example driver (examples/csi-driver)'s renew-before volume attribute.
-const renewBeforeAttribute = "csi.e2e.csi-lib.example/renew-before"
+// renewBeforeAttribute is the example driver's renew-before volume attribute.
+const renewBeforeAttribute = plugin.RenewBeforeAttribute
 
 // storiesWithLivePods tells stories 1, 3, 5, 6 and 7 on two pods: one with a long-lived
 // certificate, one renewed every ten seconds or so.

@@ -14,10 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package podgate is the readiness gate the example drivers (the demo's and the real node's)
-// use: a volume is ready to request a certificate once its pod has an IP, read from a pod
-// lister. It shows the gate of this fork's first fix as a driver writes it.
-package podgate
+package plugin
 
 import (
 	corev1listers "k8s.io/client-go/listers/core/v1"
@@ -25,9 +22,10 @@ import (
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
-// OnPodIP returns a ReadyToRequest function that says "not yet" until the volume's pod, as the
-// lister sees it, has an IP.
-func OnPodIP(pods corev1listers.PodLister) func(metadata.Metadata) (bool, string) {
+// PodIPGate returns the readiness gate of Config.GateOnPodIP (manager.Options.ReadyToRequest):
+// "not yet" until the volume's pod, as the lister sees it, has an IP. It is the gate of this
+// fork's first fix as a driver writes it.
+func PodIPGate(pods corev1listers.PodLister) func(metadata.Metadata) (bool, string) {
 	return func(meta metadata.Metadata) (bool, string) {
 		pod, err := pods.Pods(meta.VolumeContext[metadata.PodNamespaceVolumeContextKey]).Get(meta.VolumeContext[metadata.PodNameVolumeContextKey])
 		if err != nil {

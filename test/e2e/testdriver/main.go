@@ -1,0 +1,157 @@
+/*
+Copyright 2026 The csi-lib fork authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command testdriver is the driver the real node's stories (the e2e program, make e2e) run: the
+// example driver (examples/csi-driver's package plugin) with the example's flags, the e2e's
+// issuer as its default, and the knobs only the stories need, set through the plugin's hooks:
+// a journal the e2e program measures the node by, the gate behaviour of releases before v0.12.0
+// to compare with, and a shorter issuance backoff.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/cert-manager/csi-lib/examples/csi-driver/plugin"
+	"github.com/cert-manager/csi-lib/manager"
+	"github.com/cert-manager/csi-lib/metadata"
+)
+
+func main() {
+	var (
+		// The example's flags, as examples/csi-driver has them, but for the default issuer.
+		name         = flag.String("driver-name", "csi.example.com", "CSI driver name")
+		nodeID       = flag.String("node-id", os.Getenv("NODE_NAME"), "node ID: the node's name (default: the NODE_NAME environment variable)")
+		kubeconfig   = flag.String("kubeconfig", "", "kubeconfig of the driver's account (empty: the in-cluster configuration)")
+		dataRoot     = flag.String("data-root", "", "base directory of the volumes (a tmpfs is mounted at <data-root>/inmemfs)")
+		socket       = flag.String("csi-socket", "", "path of the CSI socket")
+		registry     = flag.String("plugins-registry", "", "kubelet's plugins_registry directory, to register with kubelet without node-driver-registrar (empty: none)")
+		registration = flag.String("kubelet-registration-path", "", "the CSI socket's path as kubelet on the host sees it, sent in the registration (default: --csi-socket)")
+		gateOnIP     = flag.Bool("gate-on-pod-ip", false, "readiness gate: the pod has an IP (with ContinueOnNotReady)")
+		requeuePods  = flag.Bool("requeue-pods", false, "call RequeuePod when a pod changes (the gate opens at once)")
+		podCond      = flag.String("pod-condition", "", "keep a pod condition of this type (manager.Options.PodCondition; empty: none)")
+		metricsAddr  = flag.String("metrics-address", "", "serve /metrics on this address (host:port; empty: none)")
+		issuerKind   = flag.String("issuer-kind", "Issuer", "kind of the issuer of a volume that names none")
+		issuerName   = flag.String("issuer-name", "e2e-ca", "name of the issuer of a volume that names none (the e2e's CA Issuer)")
+		issuerGroup  = flag.String("issuer-group", "cert-manager.io", "API group of the issuer")
+		verbosity    = flag.Int("v", 2, "log verbosity")
+
+		// The stories' own.
+		journalPath = flag.String("journal", "", "append a JSON line per publish and per key pair written to this file")
+		preV012Gate = flag.Bool("pre-v0.12-gate", false, "retry a closed gate on the 30 s issuance backoff with no gate poll, as releases before v0.12.0 did")
+		issueBase   = flag.Duration("issue-backoff", 0, "the issuance (renewal) backoff's first step (0: the library's default, 30 s)")
+	)
+	flag.Parse()
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(*verbosity)))
+	klog.SetLogger(log)
+	if *nodeID == "" {
+		log.Error(errors.New("--node-id is empty and NODE_NAME is not set"), "no node ID")
+		os.Exit(2)
+	}
+	j, err := openJournal(*journalPath)
+	if err != nil {
+		log.Error(err, "opening the journal")
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err = plugin.Run(ctx, log, plugin.Config{
+		DriverName:              *name,
+		NodeID:                  *nodeID,
+		Kubeconfig:              *kubeconfig,
+		DataRoot:                *dataRoot,
+		CSISocket:               *socket,
+		PluginsRegistry:         *registry,
+		KubeletRegistrationPath: *registration,
+		MetricsAddress:          *metricsAddr,
+		GateOnPodIP:             *gateOnIP,
+		RequeuePods:             *requeuePods,
+		PodCondition:            corev1.PodConditionType(*podCond),
+		Issuer:                  cmmeta.IssuerReference{Kind: *issuerKind, Name: *issuerName, Group: *issuerGroup},
+		OnPublish:               func(meta metadata.Metadata) { j.record("publish", meta) },
+		OnWritten:               func(meta metadata.Metadata) { j.record("written", meta) },
+		TuneManager:             backoffs(*preV012Gate, *issueBase),
+	})
+	if err != nil {
+		log.Error(err, "driver failed")
+		stop()
+		os.Exit(1)
+	}
+}
+
+// backoffs sets the manager's backoffs: the issuance backoff's first step (0: the library's),
+// and with preV012Gate a closed gate retried on the issuance backoff (the library's default,
+// 30 s first) with no gate poll, as releases before v0.12.0 did.
+func backoffs(preV012Gate bool, issue time.Duration) func(*manager.Options) {
+	return func(o *manager.Options) {
+		if issue > 0 {
+			b := manager.DefaultRenewalBackoff()
+			b.Duration = issue
+			o.RenewalBackoffConfig = &b
+		}
+		if preV012Gate {
+			gate := manager.DefaultRenewalBackoff()
+			o.GateBackoffConfig = &gate
+			o.GatePollInterval = -1
+		}
+	}
+}
+
+// journal appends one JSON line per event: what the e2e program measures the node by.
+type journal struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+// journalEntry is one line of the journal (test/e2e reads it as its journalEntry).
+type journalEntry struct {
+	Time   time.Time `json:"time"`
+	Event  string    `json:"event"`
+	Volume string    `json:"volume"`
+	Pod    string    `json:"pod"`
+	// Next is the NextIssuanceTime written with a key pair.
+	Next *time.Time `json:"next,omitempty"`
+}
+
+func openJournal(path string) (*journal, error) {
+	if path == "" {
+		return &journal{}, nil
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	return &journal{f: f}, err
+}
+
+func (j *journal) record(event string, meta metadata.Metadata) {
+	if j.f == nil {
+		return
+	}
+	line, _ := json.Marshal(journalEntry{Time: time.Now(), Event: event, Volume: meta.VolumeID, Pod: meta.VolumeContext[metadata.PodNameVolumeContextKey], Next: meta.NextIssuanceTime})
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, _ = j.f.Write(append(line, '\n'))
+}
