@@ -166,7 +166,7 @@ func (c *cluster) storyDeploymentAppliedWhole(ctx context.Context) (r result) {
 	// The driver: Running as its DaemonSet pod, registered with kubelet.
 	driverPod, err := c.waitPodMatching(ctx, setDriverNamespace, setDriverLabel, "the DaemonSet's driver pod to run", isRunning)
 	if err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("%w; %s", err, c.warnings(ctx, setDriverNamespace)))
 	}
 	if driverPod.Spec.ServiceAccountName != "csi-driver" {
 		return fail(fmt.Errorf("the driver pod runs as %q", driverPod.Spec.ServiceAccountName))
@@ -179,7 +179,7 @@ func (c *cluster) storyDeploymentAppliedWhole(ctx context.Context) (r result) {
 	// certificate approved by the example approver.
 	app, err := c.waitPodMatching(ctx, setAppNamespace, setAppLabel, "the application pod to be Ready", isReady)
 	if err != nil {
-		return fail(fmt.Errorf("%w (the driver's last lines: %s)", err, c.logTail(ctx, setDriverNamespace, driverPod.Name, "csi-driver", 5)))
+		return fail(fmt.Errorf("%w; %s; the driver's last lines: %s", err, c.warnings(ctx, setAppNamespace), c.logTail(ctx, setDriverNamespace, driverPod.Name, "csi-driver", 5)))
 	}
 	ready := time.Since(start)
 	reqs, err := c.cm.CertmanagerV1().CertificateRequests(setAppNamespace).List(ctx, metav1.ListOptions{})
@@ -209,7 +209,7 @@ func (c *cluster) storyDeploymentAppliedWhole(ctx context.Context) (r result) {
 		return fail(err)
 	}
 	for _, family := range append(append([]string{}, upstreamFamilies...), extendedFamilies...) {
-		if !strings.Contains(scrape, "\n"+family+"{") && !strings.Contains(scrape, "\n"+family+" ") {
+		if !strings.Contains(scrape, "\n# TYPE "+family+" ") {
 			return fail(fmt.Errorf("the driver's /metrics has no %s", family))
 		}
 	}
@@ -350,6 +350,19 @@ func (c *cluster) waitDriverRegistered(ctx context.Context, registered bool) err
 		listed := err == nil && slices.ContainsFunc(node.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == driverName })
 		return listed == registered, nil
 	})
+}
+
+// warnings returns the Warning Events of a namespace, for a failure's message.
+func (c *cluster) warnings(ctx context.Context, ns string) string {
+	events, err := c.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+	if err != nil {
+		return err.Error()
+	}
+	var texts []string
+	for _, e := range events.Items {
+		texts = append(texts, fmt.Sprintf("%s %s/%s: %s", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message))
+	}
+	return fmt.Sprintf("warnings in %s: [%s]", ns, strings.Join(texts, "; "))
 }
 
 // logTail returns a container's last n log lines, joined, or why it cannot.
@@ -505,7 +518,7 @@ func summarizeEvaluation(out, scrape string) string {
 	}
 	var absent []string
 	for _, f := range eventFamilies {
-		if !strings.Contains(scrape, "\n"+f+"{") {
+		if !strings.Contains(scrape, "\n# TYPE "+f+" ") {
 			absent = append(absent, strings.TrimPrefix(f, "certmanager_csi_"))
 		}
 	}

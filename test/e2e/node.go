@@ -228,7 +228,8 @@ func (n *node) start(ctx context.Context, kubeconfig []byte, imageArchive string
 		return err
 	}
 	// The scheduler places the pods of the deployment story's DaemonSet and Deployments (every
-	// other story names the node in its pods).
+	// other story names the node in its pods); the node lifecycle controller removes the
+	// not-ready taint kubelet registers the node with, as in a cluster.
 	if err := n.startProcess("kube-scheduler", filepath.Join(n.bins, "kube-scheduler"),
 		"--kubeconfig", kubeconfigPath,
 		"--leader-elect=false",
@@ -239,7 +240,7 @@ func (n *node) start(ctx context.Context, kubeconfig []byte, imageArchive string
 	}
 	return n.startProcess("kube-controller-manager", filepath.Join(n.bins, "kube-controller-manager"),
 		"--kubeconfig", kubeconfigPath,
-		"--controllers", "garbagecollector,serviceaccount,daemonset,deployment,replicaset,root-ca-cert-publisher",
+		"--controllers", "garbagecollector,serviceaccount,daemonset,deployment,replicaset,root-ca-cert-publisher,nodelifecycle",
 		"--leader-elect=false",
 		"--bind-address", "127.0.0.1",
 		"--secure-port", "0",
