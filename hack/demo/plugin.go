@@ -42,7 +42,7 @@ type driverConfig struct {
 	nodeID      string
 	base        string // the store's directory, under the work directory
 	requeuePods bool   // RequeuePod when a pod changes (the fork's fast path)
-	preV012Gate bool   // a closed gate retried on the 30 s issuance backoff, no gate poll
+	v012Gate    bool   // v0.12.0's gate settings: the 1–10 s gate backoff, no gate poll
 	metrics     bool   // serve /metrics at -metrics-address
 	wrapStore   func(plugin.Store) plugin.Store
 }
@@ -65,7 +65,7 @@ func (d *demo) startDriver(c driverConfig) (*exampleDriver, error) {
 		Mounter:        d.mounter,
 		PlainDirectory: d.plain,
 		OnWritten:      d.onWritten,
-		TuneManager:    d.backoffs(c.preV012Gate),
+		TuneManager:    d.backoffs(c.v012Gate),
 		WrapStore:      c.wrapStore,
 		OnServing:      func(s plugin.Serving) { serving <- s },
 	}
@@ -83,13 +83,18 @@ func (d *demo) startDriver(c driverConfig) (*exampleDriver, error) {
 	}
 }
 
+// v012GateLabel names story 1's baseline: this library's code with upstream v0.12.0's gate
+// settings, not upstream's code.
+const v012GateLabel = "v0.12.0's gate settings (1–10 s backoff, no poll, no RequeuePod)"
+
 // backoffs is the demo's TuneManager: the issuance backoff from -issue-backoff, so story 4 fits
-// in a demo; or, with preV012Gate, the behaviour of releases before v0.12.0: a closed gate
-// retried on the library's 30 s issuance backoff, with no gate poll.
-func (d *demo) backoffs(preV012Gate bool) func(*manager.Options) {
+// in a demo; or, with v012Gate, upstream v0.12.0's settings: the library's default gate backoff
+// (1 s doubling to 10 s, which is v0.12.0's), no gate poll (v0.12.0 has none) and the library's
+// default issuance backoff (30 s, v0.12.0's). No RequeuePod is the driverConfig's requeuePods.
+func (d *demo) backoffs(v012Gate bool) func(*manager.Options) {
 	return func(o *manager.Options) {
-		if preV012Gate {
-			gate := manager.DefaultRenewalBackoff()
+		if v012Gate {
+			gate := manager.DefaultGateBackoff()
 			o.GateBackoffConfig = &gate
 			o.GatePollInterval = -1
 			return

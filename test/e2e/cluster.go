@@ -130,7 +130,7 @@ func newCluster(ctx context.Context, cp *controlplane.ControlPlane, kube kuberne
 type driverFlags struct {
 	gateOnPodIP  bool          // readiness gate on the pod's IP, with ContinueOnNotReady
 	requeuePods  bool          // RequeuePod from the driver's pod informer
-	preV012Gate  bool          // a closed gate retried on the 30 s issuance backoff, no poll (before v0.12.0)
+	v012Gate     bool          // v0.12.0's gate settings: the 1–10 s gate backoff, no gate poll
 	issueBackoff time.Duration // the issuance backoff's first step (0: the library's)
 	podCondition bool          // keep readyCondition on the pods (manager.Options.PodCondition)
 }
@@ -157,7 +157,7 @@ func (c *cluster) startDriver(ctx context.Context, f driverFlags) error {
 		"--metrics-address", c.metricsAddress,
 		fmt.Sprintf("--gate-on-pod-ip=%t", f.gateOnPodIP),
 		fmt.Sprintf("--requeue-pods=%t", f.requeuePods),
-		fmt.Sprintf("--pre-v0.12-gate=%t", f.preV012Gate),
+		fmt.Sprintf("--v0.12-gate=%t", f.v012Gate),
 		"--issue-backoff", f.issueBackoff.String(),
 		"--pod-condition", f.podConditionType(),
 		"--v", "4"); err != nil {

@@ -63,7 +63,8 @@ func printDemoSummary(stories []demoStory) {
 }
 
 // demoGate: the gate waits for the pod's IP; with RequeuePod the certificate follows the IP at
-// once; with the old behaviour (a closed gate retried on the 30 s issuance backoff) it waits.
+// once; with v0.12.0's gate settings (this driver with the 1–10 s gate backoff, no gate poll and
+// no RequeuePod: upstream v0.12.0's settings, not its code) it waits for the backoff's next step.
 func (c *cluster) demoGate(ctx context.Context, pods int) demoStory {
 	s := demoStory{name: "gate-open -> certificate"}
 	fmt.Println("\n== Story 1: the readiness gate opens (the pod gets its IP from CNI) -> certificate")
@@ -74,10 +75,10 @@ func (c *cluster) demoGate(ctx context.Context, pods int) demoStory {
 		flags  driverFlags
 	}{
 		{"RequeuePod", "app", driverFlags{gateOnPodIP: true, requeuePods: true}},
-		{"old behaviour", "old", driverFlags{gateOnPodIP: true, preV012Gate: true}},
+		{"v0.12.0's gate settings", "v012", driverFlags{gateOnPodIP: true, v012Gate: true}},
 	} {
-		if v.flags.preV012Gate {
-			fmt.Println("   ...and the same with the old behaviour: gate pending retried on the 30 s issuance backoff, no RequeuePod")
+		if v.flags.v012Gate {
+			fmt.Println("   ...and the same with v0.12.0's gate settings (1–10 s backoff, no poll, no RequeuePod)")
 		}
 		c.stopDriver(syscall.SIGTERM)
 		if err := c.startDriver(ctx, v.flags); err != nil {

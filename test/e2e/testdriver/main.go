@@ -17,8 +17,8 @@ limitations under the License.
 // Command testdriver is the driver the real node's stories (the e2e program, make e2e) run: the
 // example driver (examples/csi-driver's package plugin) with the example's flags, the e2e's
 // issuer as its default, and the knobs only the stories need, set through the plugin's hooks:
-// a journal the e2e program measures the node by, the gate behaviour of releases before v0.12.0
-// to compare with, and a shorter issuance backoff.
+// a journal the e2e program measures the node by, upstream v0.12.0's gate settings to compare
+// with, and a shorter issuance backoff.
 package main
 
 import (
@@ -63,7 +63,7 @@ func main() {
 
 		// The stories' own.
 		journalPath = flag.String("journal", "", "append a JSON line per publish and per key pair written to this file")
-		preV012Gate = flag.Bool("pre-v0.12-gate", false, "retry a closed gate on the 30 s issuance backoff with no gate poll, as releases before v0.12.0 did")
+		v012Gate    = flag.Bool("v0.12-gate", false, "v0.12.0's gate settings: the 1–10 s gate backoff, no gate poll")
 		issueBase   = flag.Duration("issue-backoff", 0, "the issuance (renewal) backoff's first step (0: the library's default, 30 s)")
 	)
 	flag.Parse()
@@ -95,7 +95,7 @@ func main() {
 		Issuer:                  cmmeta.IssuerReference{Kind: *issuerKind, Name: *issuerName, Group: *issuerGroup},
 		OnPublish:               func(meta metadata.Metadata) { j.record("publish", meta) },
 		OnWritten:               func(meta metadata.Metadata) { j.record("written", meta) },
-		TuneManager:             backoffs(*preV012Gate, *issueBase),
+		TuneManager:             backoffs(*v012Gate, *issueBase),
 	})
 	if err != nil {
 		log.Error(err, "driver failed")
@@ -105,18 +105,17 @@ func main() {
 }
 
 // backoffs sets the manager's backoffs: the issuance backoff's first step (0: the library's),
-// and with preV012Gate a closed gate retried on the issuance backoff (the library's default,
-// 30 s first) with no gate poll, as releases before v0.12.0 did.
-func backoffs(preV012Gate bool, issue time.Duration) func(*manager.Options) {
+// and with v012Gate upstream v0.12.0's gate settings: no gate poll (v0.12.0 has none), and the
+// gate backoff left nil, so the library's default, 1 s doubling to 10 s, which is v0.12.0's.
+// (No RequeuePod is --requeue-pods=false.)
+func backoffs(v012Gate bool, issue time.Duration) func(*manager.Options) {
 	return func(o *manager.Options) {
 		if issue > 0 {
 			b := manager.DefaultRenewalBackoff()
 			b.Duration = issue
 			o.RenewalBackoffConfig = &b
 		}
-		if preV012Gate {
-			gate := manager.DefaultRenewalBackoff()
-			o.GateBackoffConfig = &gate
+		if v012Gate {
 			o.GatePollInterval = -1
 		}
 	}
