@@ -234,7 +234,7 @@ func (c *cluster) storyDeploymentAppliedWhole(ctx context.Context) (r result) {
 // names. The driver's image holds Debian's mount and umount beside the driver, as the
 // driver's Dockerfile's base does: k8s.io/mount-utils runs them.
 func (c *cluster) importSetImages(ctx context.Context, objs []*unstructured.Unstructured) error {
-	images := map[string]string{} // binary -> the image the set names for it
+	images := map[string]string{} // binary (its container's name too) -> the image the set names for it
 	for _, w := range []struct{ kind, name, binary string }{
 		{"DaemonSet", "csi-driver", "csi-driver"},
 		{"Deployment", "csi-approver", "approver"},
@@ -245,7 +245,7 @@ func (c *cluster) importSetImages(ctx context.Context, objs []*unstructured.Unst
 		}
 		containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
 		for _, ctr := range containers {
-			if name, _ := ctr.(map[string]any)["name"].(string); name == w.binary || (w.binary == "approver" && name == "approver") {
+			if name, _ := ctr.(map[string]any)["name"].(string); name == w.binary {
 				images[w.binary], _ = ctr.(map[string]any)["image"].(string)
 			}
 		}
