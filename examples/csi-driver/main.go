@@ -33,7 +33,6 @@ import (
 	"syscall"
 
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
@@ -41,47 +40,25 @@ import (
 )
 
 func main() {
-	var (
-		name         = flag.String("driver-name", "csi.example.com", "CSI driver name")
-		nodeID       = flag.String("node-id", os.Getenv("NODE_NAME"), "node ID: the node's name (default: the NODE_NAME environment variable)")
-		kubeconfig   = flag.String("kubeconfig", "", "kubeconfig of the driver's account (empty: the in-cluster configuration)")
-		dataRoot     = flag.String("data-root", "", "base directory of the volumes (a tmpfs is mounted at <data-root>/inmemfs)")
-		socket       = flag.String("csi-socket", "", "path of the CSI socket")
-		registry     = flag.String("plugins-registry", "", "kubelet's plugins_registry directory, to register with kubelet without node-driver-registrar (empty: none, as in a DaemonSet with the registrar)")
-		registration = flag.String("kubelet-registration-path", "", "the CSI socket's path as kubelet on the host sees it, sent in the registration (default: --csi-socket; set it when the driver runs in a container)")
-		gateOnIP     = flag.Bool("gate-on-pod-ip", false, "readiness gate: the pod has an IP (with ContinueOnNotReady)")
-		requeuePods  = flag.Bool("requeue-pods", false, "call RequeuePod when a pod changes (the gate opens at once)")
-		podCond      = flag.String("pod-condition", "", "keep a pod condition of this type (manager.Options.PodCondition; empty: none)")
-		metricsAddr  = flag.String("metrics-address", "", "serve /metrics on this address (host:port; empty: none)")
-		issuerKind   = flag.String("issuer-kind", "ClusterIssuer", "kind of the issuer of a volume that names none ("+plugin.IssuerKindAttribute+")")
-		issuerName   = flag.String("issuer-name", "csi-ca", "name of the issuer of a volume that names none ("+plugin.IssuerNameAttribute+")")
-		issuerGroup  = flag.String("issuer-group", "cert-manager.io", "API group of the issuer")
-		verbosity    = flag.Int("v", 2, "log verbosity")
-	)
+	// The defaults: a DaemonSet passes the node's name in NODE_NAME (examples/deploy), and the
+	// issuer is examples/deploy's ClusterIssuer.
+	cfg := plugin.Config{
+		DriverName: "csi.example.com",
+		NodeID:     os.Getenv("NODE_NAME"),
+		Issuer:     cmmeta.IssuerReference{Kind: "ClusterIssuer", Name: "csi-ca", Group: "cert-manager.io"},
+	}
+	plugin.BindFlags(flag.CommandLine, &cfg)
+	verbosity := flag.Int("v", 2, "log verbosity")
 	flag.Parse()
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(*verbosity)))
 	klog.SetLogger(log)
-	if *nodeID == "" {
+	if cfg.NodeID == "" {
 		log.Error(errors.New("--node-id is empty and NODE_NAME is not set"), "no node ID")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err := plugin.Run(ctx, log, plugin.Config{
-		DriverName:              *name,
-		NodeID:                  *nodeID,
-		Kubeconfig:              *kubeconfig,
-		DataRoot:                *dataRoot,
-		CSISocket:               *socket,
-		PluginsRegistry:         *registry,
-		KubeletRegistrationPath: *registration,
-		MetricsAddress:          *metricsAddr,
-		GateOnPodIP:             *gateOnIP,
-		RequeuePods:             *requeuePods,
-		PodCondition:            corev1.PodConditionType(*podCond),
-		Issuer:                  cmmeta.IssuerReference{Kind: *issuerKind, Name: *issuerName, Group: *issuerGroup},
-	})
-	if err != nil {
+	if err := plugin.Run(ctx, log, cfg); err != nil {
 		log.Error(err, "driver failed")
 		stop()
 		os.Exit(1)

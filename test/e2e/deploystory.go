@@ -471,7 +471,7 @@ func scrapeMetrics(ctx context.Context, addr string) (string, error) {
 		if err != nil {
 			return false, err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
 		if err != nil {
 			return false, nil
 		}

@@ -33,7 +33,6 @@ import (
 	"time"
 
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
@@ -43,24 +42,15 @@ import (
 )
 
 func main() {
+	// The example's flags (plugin.BindFlags), with the e2e's CA Issuer as the default issuer.
+	cfg := plugin.Config{
+		DriverName: "csi.example.com",
+		NodeID:     os.Getenv("NODE_NAME"),
+		Issuer:     cmmeta.IssuerReference{Kind: "Issuer", Name: "e2e-ca", Group: "cert-manager.io"},
+	}
+	plugin.BindFlags(flag.CommandLine, &cfg)
 	var (
-		// The example's flags, as examples/csi-driver has them, but for the default issuer.
-		name         = flag.String("driver-name", "csi.example.com", "CSI driver name")
-		nodeID       = flag.String("node-id", os.Getenv("NODE_NAME"), "node ID: the node's name (default: the NODE_NAME environment variable)")
-		kubeconfig   = flag.String("kubeconfig", "", "kubeconfig of the driver's account (empty: the in-cluster configuration)")
-		dataRoot     = flag.String("data-root", "", "base directory of the volumes (a tmpfs is mounted at <data-root>/inmemfs)")
-		socket       = flag.String("csi-socket", "", "path of the CSI socket")
-		registry     = flag.String("plugins-registry", "", "kubelet's plugins_registry directory, to register with kubelet without node-driver-registrar (empty: none)")
-		registration = flag.String("kubelet-registration-path", "", "the CSI socket's path as kubelet on the host sees it, sent in the registration (default: --csi-socket)")
-		gateOnIP     = flag.Bool("gate-on-pod-ip", false, "readiness gate: the pod has an IP (with ContinueOnNotReady)")
-		requeuePods  = flag.Bool("requeue-pods", false, "call RequeuePod when a pod changes (the gate opens at once)")
-		podCond      = flag.String("pod-condition", "", "keep a pod condition of this type (manager.Options.PodCondition; empty: none)")
-		metricsAddr  = flag.String("metrics-address", "", "serve /metrics on this address (host:port; empty: none)")
-		issuerKind   = flag.String("issuer-kind", "Issuer", "kind of the issuer of a volume that names none")
-		issuerName   = flag.String("issuer-name", "e2e-ca", "name of the issuer of a volume that names none (the e2e's CA Issuer)")
-		issuerGroup  = flag.String("issuer-group", "cert-manager.io", "API group of the issuer")
-		verbosity    = flag.Int("v", 2, "log verbosity")
-
+		verbosity = flag.Int("v", 2, "log verbosity")
 		// The stories' own.
 		journalPath = flag.String("journal", "", "append a JSON line per publish and per key pair written to this file")
 		v012Gate    = flag.Bool("v0.12-gate", false, "v0.12.0's gate settings: the 1–10 s gate backoff, no gate poll")
@@ -69,7 +59,7 @@ func main() {
 	flag.Parse()
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(*verbosity)))
 	klog.SetLogger(log)
-	if *nodeID == "" {
+	if cfg.NodeID == "" {
 		log.Error(errors.New("--node-id is empty and NODE_NAME is not set"), "no node ID")
 		os.Exit(2)
 	}
@@ -78,26 +68,12 @@ func main() {
 		log.Error(err, "opening the journal")
 		os.Exit(1)
 	}
+	cfg.OnPublish = func(meta metadata.Metadata) { j.record("publish", meta) }
+	cfg.OnWritten = func(meta metadata.Metadata) { j.record("written", meta) }
+	cfg.TuneManager = backoffs(*v012Gate, *issueBase)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err = plugin.Run(ctx, log, plugin.Config{
-		DriverName:              *name,
-		NodeID:                  *nodeID,
-		Kubeconfig:              *kubeconfig,
-		DataRoot:                *dataRoot,
-		CSISocket:               *socket,
-		PluginsRegistry:         *registry,
-		KubeletRegistrationPath: *registration,
-		MetricsAddress:          *metricsAddr,
-		GateOnPodIP:             *gateOnIP,
-		RequeuePods:             *requeuePods,
-		PodCondition:            corev1.PodConditionType(*podCond),
-		Issuer:                  cmmeta.IssuerReference{Kind: *issuerKind, Name: *issuerName, Group: *issuerGroup},
-		OnPublish:               func(meta metadata.Metadata) { j.record("publish", meta) },
-		OnWritten:               func(meta metadata.Metadata) { j.record("written", meta) },
-		TuneManager:             backoffs(*v012Gate, *issueBase),
-	})
-	if err != nil {
+	if err := plugin.Run(ctx, log, cfg); err != nil {
 		log.Error(err, "driver failed")
 		stop()
 		os.Exit(1)
