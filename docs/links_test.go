@@ -1,5 +1,5 @@
 /*
-Copyright 2026 The csi-lib fork authors.
+Copyright 2026 The cert-manager Authors.
 
 Licensed under the Apache License, Version 2.0 (the "License");
 you may not use this file except in compliance with the License.
@@ -14,8 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package docs holds the project's documentation; its test checks that every relative link in
-// every Markdown file of the repository resolves, to a file and, where it names one, a heading.
+// Package docs holds the project's documentation. Its tests check that every relative link in
+// every Markdown file of the repository resolves, to a file and, where it names one, a heading,
+// and that every source file carries cert-manager's Apache-2.0 header.
 package docs
 
 import (

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Copyright 2026 The csi-lib fork authors.
-# Licensed under the Apache License, Version 2.0 (the "License"); you may not use this file
-# except in compliance with the License. You may obtain a copy of the License at
-# http://www.apache.org/licenses/LICENSE-2.0. Unless required by applicable law or agreed to in
-# writing, software distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
-# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# Copyright 2026 The cert-manager Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+#
 # Builds cert-manager's own signing controllers (hack/cm-controllers: the approver, the CA issuer,
 # Issuer and ClusterIssuer readiness) from the Go module proxy into bin/cm-controllers/<version>/,
 # at the cert-manager version the library's go.mod requires. The module is built in a copy under

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Copyright 2026 The csi-lib fork authors.
-# Licensed under the Apache License, Version 2.0 (the "License"); you may not use this file
-# except in compliance with the License. You may obtain a copy of the License at
-# http://www.apache.org/licenses/LICENSE-2.0. Unless required by applicable law or agreed to in
-# writing, software distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
-# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# Copyright 2026 The cert-manager Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+#
 # make demo: the demo's stories on the real node (test/e2e -demo) where this machine can run one,
 # otherwise with hack/demo's kubelet stand-in; it says which, and why. STAND_IN=1 forces the
 # stand-in. Arguments are passed to whichever runs (--help lists its options).
