@@ -18,6 +18,7 @@ package metrics
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -64,7 +65,13 @@ var (
 type CertificateRequestCollector struct {
 	nodeNameHash   string
 	metadataReader storage.MetadataReader
-	lister         cmlisters.CertificateRequestLister
+	// lister is read on every scrape and may be replaced by setLister while scrapes run.
+	lister atomic.Pointer[requestLister]
+}
+
+// requestLister boxes a lister, which may be nil, for an atomic pointer.
+type requestLister struct {
+	cmlisters.CertificateRequestLister
 }
 
 // NewCertificateRequestCollector returns the collector for the node whose ID hashes to
@@ -72,7 +79,18 @@ type CertificateRequestCollector struct {
 // requests, the FNV-1 32-bit hash of the node ID as a decimal string passed through
 // k8s.io/apimachinery's rand.SafeEncodeString. A nil lister emits nothing.
 func NewCertificateRequestCollector(nodeNameHash string, metadataReader storage.MetadataReader, lister cmlisters.CertificateRequestLister) prometheus.Collector {
-	return &CertificateRequestCollector{nodeNameHash: nodeNameHash, metadataReader: metadataReader, lister: lister}
+	return newCertificateRequestCollector(nodeNameHash, metadataReader, lister)
+}
+
+func newCertificateRequestCollector(nodeNameHash string, metadataReader storage.MetadataReader, lister cmlisters.CertificateRequestLister) *CertificateRequestCollector {
+	c := &CertificateRequestCollector{nodeNameHash: nodeNameHash, metadataReader: metadataReader}
+	c.setLister(lister)
+	return c
+}
+
+// setLister makes the next scrapes list lister's requests (none when it is nil).
+func (c *CertificateRequestCollector) setLister(lister cmlisters.CertificateRequestLister) {
+	c.lister.Store(&requestLister{lister})
 }
 
 // Describe implements prometheus.Collector.
@@ -85,11 +103,12 @@ func (c *CertificateRequestCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *CertificateRequestCollector) Collect(ch chan<- prometheus.Metric) {
 	node := c.nodeNameHash
-	if c.lister == nil {
+	lister := c.lister.Load().CertificateRequestLister
+	if lister == nil {
 		return
 	}
 	// Step 1.
-	reqs, err := c.lister.List(labels.SelectorFromSet(labels.Set{api.NodeIDHashLabelKey: node}))
+	reqs, err := lister.List(labels.SelectorFromSet(labels.Set{api.NodeIDHashLabelKey: node}))
 	if err != nil {
 		return
 	}

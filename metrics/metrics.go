@@ -62,6 +62,7 @@ type Metrics struct {
 
 	issueCallCountTotal  *prometheus.CounterVec
 	issueErrorCountTotal *prometheus.CounterVec
+	requests             *CertificateRequestCollector
 
 	// The families upstream lacks: registered, and recorded, only once extended is set by
 	// EnableExtendedMetrics.
@@ -95,13 +96,12 @@ var VolumeStates = []string{"issued", "pending", "gate_pending", "failing", "ove
 //
 // metadataReader (the driver's store) and certificateRequestLister feed the
 // CertificateRequestCollector, which on every scrape lists the lister's requests that carry
-// this node's hash label. The manager's own informer cannot serve as the lister: it exists only
-// once NewManager has returned, and NewManager takes these Metrics. Pass the lister of an
-// informer of the driver's own on the node's CertificateRequests, as upstream csi-lib's metrics
-// test does: cert-manager's informer factory, filtered by the label
-// csi.cert-manager.io/node-id-hash so that it holds only this node's requests, and started
-// before the driver serves (see the example). With a nil lister the collector emits none of
-// its families.
+// this node's hash label. Either pass the lister of an informer of the driver's own on the
+// node's CertificateRequests, as upstream csi-lib's metrics test does, or pass nil and hand
+// the metrics the manager's own lister once NewManager has returned, with
+// SetCertificateRequestLister(manager.CertificateRequestLister()): one informer on the node's
+// requests, and no copy of the label's hash in the driver. Until a lister is set the
+// collector emits none of its families.
 func New(nodeId string, logger *logr.Logger, registry *prometheus.Registry, metadataReader storage.MetadataReader, certificateRequestLister cmlisters.CertificateRequestLister) *Metrics {
 	if registry == nil {
 		registry = prometheus.NewRegistry()
@@ -139,12 +139,24 @@ func New(nodeId string, logger *logr.Logger, registry *prometheus.Registry, meta
 			Help: "The number of issuance attempts that had to wait for admission (MaxConcurrentIssuances or IssuanceRateLimit). Not counted as errors.",
 		}, []string{"node"}),
 	}
-	registry.MustRegister(
-		m.issueCallCountTotal,
-		m.issueErrorCountTotal,
-		NewCertificateRequestCollector(util.HashIdentifier(nodeId), metadataReader, certificateRequestLister),
-	)
+	m.requests = newCertificateRequestCollector(util.HashIdentifier(nodeId), metadataReader, certificateRequestLister)
+	registry.MustRegister(m.issueCallCountTotal, m.issueErrorCountTotal, m.requests)
 	return m
+}
+
+// SetCertificateRequestLister replaces the lister given to New: from the next scrape on, the
+// collector reports lister's requests that carry this node's hash label (none when lister is
+// nil). Its use is the manager's own informer, which exists only once NewManager, which takes
+// these Metrics, has returned:
+//
+//	met := metrics.New(nodeID, &log, registry, store, nil)
+//	m, err := manager.NewManager(manager.Options{Metrics: met, ...})
+//	...
+//	met.SetCertificateRequestLister(m.CertificateRequestLister())
+//
+// It is safe to call while the metrics are scraped.
+func (m *Metrics) SetCertificateRequestLister(lister cmlisters.CertificateRequestLister) {
+	m.requests.setLister(lister)
 }
 
 // EnableExtendedMetrics registers the families upstream csi-lib does not have, and from then on

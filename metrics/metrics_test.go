@@ -368,3 +368,34 @@ certmanager_csi_issuance_admission_waits_total{node="f56fd9f8b"} 2
 	nilMetrics.SetAdmissionWaiting("n", 1) // must not panic
 	nilMetrics.IncrementAdmissionWaits("n")
 }
+
+// TestSetCertificateRequestLister: metrics made with no lister report no request families; once
+// given one (the manager's, in a driver) the next scrape lists its requests; nil stops it again.
+func TestSetCertificateRequestLister(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New("test-node", nil, reg, storage.NewMemoryFS(), nil)
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, name := range []string{"cr-1", "cr-2"} {
+		if err := indexer.Add(&cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{
+			api.NodeIDHashLabelKey: util.HashIdentifier("test-node")}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const family = "certmanager_csi_managed_certificate_request_count"
+	if n := seriesCount(t, reg, family); n != 0 {
+		t.Fatalf("without a lister: %d series of %s", n, family)
+	}
+	m.SetCertificateRequestLister(cmlisters.NewCertificateRequestLister(indexer))
+	want := `
+# HELP certmanager_csi_managed_certificate_request_count The number of managed certificate requests by the csi driver.
+# TYPE certmanager_csi_managed_certificate_request_count gauge
+certmanager_csi_managed_certificate_request_count{node="f56fd9f8b"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), family); err != nil {
+		t.Fatal(err)
+	}
+	m.SetCertificateRequestLister(nil)
+	if n := seriesCount(t, reg, family); n != 0 {
+		t.Fatalf("after setting nil: %d series of %s", n, family)
+	}
+}
