@@ -413,6 +413,29 @@ func TestStopDoesNotWaitForDriverFunctions(t *testing.T) {
 	}
 }
 
+// TestClosedGateIsAskedOnlyByItsBackoffByDefault: without GatePollInterval, as upstream, a closed
+// gate is asked once per GateBackoffConfig step and at no time between: a driver's gate backoff
+// bounds how often its gate is asked.
+func TestClosedGateIsAskedOnlyByItsBackoffByDefault(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.GateBackoffConfig = noJitter(8*time.Second, 10*time.Second) })
+	e.gateOpen.Store(false)
+	e.register("v1", true)
+	e.start()
+	e.expectAttemptThenWait(8 * time.Second) // one timer for the whole step
+	if n := e.gateCalls.Load(); n != 1 {
+		t.Fatalf("the gate was asked %d times by the first attempt, want 1", n)
+	}
+	e.stepNotYet(8 * time.Second)
+	if n := e.gateCalls.Load(); n != 1 {
+		t.Fatalf("the gate was asked %d times within the 8 s step, want 1", n)
+	}
+	e.clock.Step(time.Millisecond)
+	e.expectAttemptThenWait(10 * time.Second) // the next step, capped
+	if n := e.gateCalls.Load(); n != 2 {
+		t.Fatalf("the gate was asked %d times after the step, want 2", n)
+	}
+}
+
 // TestGatePollEndsALongGateWait: a driver that never calls Requeue still starts issuing within
 // GatePollInterval of its gate opening, however long the gate backoff's step.
 func TestGatePollEndsALongGateWait(t *testing.T) {
@@ -483,7 +506,7 @@ func TestDueCheckReadFailureIsNotAnIssueError(t *testing.T) {
 	}
 }
 
-// TestNotDueVolumeIsNotPolled: with the gate poll on (the default), a volume whose certificate
+// TestNotDueVolumeIsNotPolled: with the gate poll on, a volume whose certificate
 // is not due waits on one timer for the whole time: no poll, no metadata read, no gate call.
 func TestNotDueVolumeIsNotPolled(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.GatePollInterval = time.Second })

@@ -136,9 +136,7 @@ func newEnv(t *testing.T, configure func(*Options)) *env {
 		},
 		RenewalBackoffConfig: noJitter(30*time.Second, 5*time.Minute),
 		GateBackoffConfig:    noJitter(time.Second, 10*time.Second),
-		// Tests here assert every timer exactly; the gate poll has its own test.
-		GatePollInterval: -1,
-		Metrics:          metrics.New("test-node", &log, e.registry, e.store, nil),
+		Metrics:              metrics.New("test-node", &log, e.registry, e.store, nil),
 	}
 	if configure != nil {
 		configure(&e.opts)

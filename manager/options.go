@@ -131,12 +131,13 @@ type Options struct {
 	// Metrics records issuance metrics. Default: none.
 	Metrics *metrics.Metrics
 
-	// GatePollInterval is how often a volume whose readiness gate said "not yet" asks the gate
-	// again while it waits out a GateBackoffConfig step longer than this: when the gate says
-	// yes, the attempt starts at once. It is what keeps drivers that never call Requeue as
-	// quick as a 1 s tick (the gate is a local function: a poll costs one metadata
-	// read and one ReadyToRequest call, no request to the apiserver). Default (zero): 1 s.
-	// Negative: never poll; only the backoff and Requeue end a gate wait.
+	// GatePollInterval, when positive, is how often a volume whose readiness gate said "not
+	// yet" asks the gate again while it waits out a GateBackoffConfig step longer than this:
+	// when the gate says yes, the attempt starts at once. A poll costs one metadata read and
+	// one ReadyToRequest call, no request to the apiserver; it suits a driver whose gate has no
+	// informer to call Requeue or RequeuePod from. Default (zero or negative): no poll, as
+	// upstream: a closed gate is asked again only at the end of each GateBackoffConfig step (or
+	// by Requeue and RequeuePod), so a driver's gate backoff bounds how often its gate is asked.
 	GatePollInterval time.Duration
 
 	// EventRecorder records Kubernetes Events on each volume's Pod (named by the volume context's
@@ -192,9 +193,6 @@ const DefaultMaxConcurrentIssuances = 128
 
 // UnlimitedConcurrentIssuances as MaxConcurrentIssuances removes the limit.
 const UnlimitedConcurrentIssuances = math.MaxInt
-
-// DefaultGatePollInterval is the default GatePollInterval.
-const DefaultGatePollInterval = time.Second
 
 // DefaultRenewalBackoff is the default RenewalBackoffConfig.
 func DefaultRenewalBackoff() wait.Backoff {
@@ -252,9 +250,6 @@ func (o Options) complete() (Options, error) {
 	if o.IssuanceRateLimit != nil {
 		rl := *o.IssuanceRateLimit
 		o.IssuanceRateLimit = &rl
-	}
-	if o.GatePollInterval == 0 {
-		o.GatePollInterval = DefaultGatePollInterval
 	}
 	o.RenewalBackoffConfig = copyBackoff(o.RenewalBackoffConfig, DefaultRenewalBackoff())
 	o.GateBackoffConfig = copyBackoff(o.GateBackoffConfig, DefaultGateBackoff())

@@ -50,7 +50,6 @@ func condEnv(t *testing.T, podsOf ...string) (*env, *kubefake.Clientset) {
 	kube := kubefake.NewClientset(objs...)
 	e := newEnv(t, func(o *Options) {
 		o.PodCondition = &PodCondition{Type: condType, Client: kube.CoreV1()}
-		o.GatePollInterval = -1
 	})
 	return e, kube
 }
@@ -350,7 +349,7 @@ func TestPodConditionStopLeavesNoGoroutines(t *testing.T) {
 // TestNoPodConditionWithoutTheOption: without PodCondition the manager keeps no pod state, no
 // queue and no timer for it, and issuance is unchanged.
 func TestNoPodConditionWithoutTheOption(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.GatePollInterval = -1 })
+	e := newEnv(t, nil)
 	e.register("v1", false)
 	m := e.start()
 	publishAndIssue(t, e, m, "v1")

@@ -38,7 +38,6 @@ type plainReader struct{ storage.MetadataReader }
 // then signed. It returns the number of creates the clientset saw and the key pair B wrote.
 func restartWhilePending(t *testing.T, hideKeyStore bool) (creates int, e *env) {
 	e = newEnv(t, func(o *Options) {
-		o.GatePollInterval = -1
 		if hideKeyStore {
 			o.MetadataReader = plainReader{o.MetadataReader}
 		}
@@ -102,7 +101,7 @@ func TestRestartResumesPendingRequest(t *testing.T) {
 // TestPersistedKeyMismatchAndOrphan: a persisted key that does not match the request's CSR, or
 // that names a request that is not pending, is removed; the request is replaced.
 func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.GatePollInterval = -1 })
+	e := newEnv(t, nil)
 	e.register("v1", true)
 	a := e.start()
 	pending := e.waitForPending()

@@ -89,14 +89,13 @@ const v012GateLabel = "v0.12.0's gate settings (1–10 s backoff, no poll, no Re
 
 // backoffs is the demo's TuneManager: the issuance backoff from -issue-backoff, so story 4 fits
 // in a demo; or, with v012Gate, upstream v0.12.0's settings: the library's default gate backoff
-// (1 s doubling to 10 s, which is v0.12.0's), no gate poll (v0.12.0 has none) and the library's
-// default issuance backoff (30 s, v0.12.0's). No RequeuePod is the driverConfig's requeuePods.
+// (1 s doubling to 10 s, which is v0.12.0's), no gate poll (the library's default: v0.12.0 has
+// none) and the library's default issuance backoff (30 s, v0.12.0's). No RequeuePod is the driverConfig's requeuePods.
 func (d *demo) backoffs(v012Gate bool) func(*manager.Options) {
 	return func(o *manager.Options) {
 		if v012Gate {
 			gate := manager.DefaultGateBackoff()
 			o.GateBackoffConfig = &gate
-			o.GatePollInterval = -1
 			return
 		}
 		issue := manager.DefaultRenewalBackoff()

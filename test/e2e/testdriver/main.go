@@ -81,9 +81,8 @@ func main() {
 }
 
 // backoffs sets the manager's backoffs: the issuance backoff's first step (0: the library's),
-// and with v012Gate upstream v0.12.0's gate settings: no gate poll (v0.12.0 has none), and the
-// gate backoff left nil, so the library's default, 1 s doubling to 10 s, which is v0.12.0's.
-// (No RequeuePod is --requeue-pods=false.)
+// and with v012Gate upstream v0.12.0's gate settings, which are the library's defaults: the
+// gate backoff 1 s doubling to 10 s, and no gate poll. (No RequeuePod is --requeue-pods=false.)
 func backoffs(v012Gate bool, issue time.Duration) func(*manager.Options) {
 	return func(o *manager.Options) {
 		if issue > 0 {
@@ -92,7 +91,9 @@ func backoffs(v012Gate bool, issue time.Duration) func(*manager.Options) {
 			o.RenewalBackoffConfig = &b
 		}
 		if v012Gate {
-			o.GatePollInterval = -1
+			gate := manager.DefaultGateBackoff()
+			o.GateBackoffConfig = &gate
+			o.GatePollInterval = 0
 		}
 	}
 }
