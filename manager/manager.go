@@ -50,6 +50,9 @@ type Manager struct {
 	table *volumeTable
 	// series deletes the metric series of volumes gone for a retention.
 	series *seriesRetention
+	// accessChecked is closed once the start-up access check has ended (at once when
+	// Options.DisableAccessCheck is set).
+	accessChecked chan struct{}
 }
 
 // NewManager validates opts, starts the informer on the node's CertificateRequests, waits for
@@ -95,7 +98,7 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	m.table = newVolumeTable(stateGauge(opts.Metrics, nodeHash))
 	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.newestNotAfter, conditions)
-	checkAccess(m.life.ctx, opts.Client.Discovery().RESTClient(), requiredAccess(opts, ownCreates), log)
+	m.startAccessCheck(requiredAccess(opts, ownCreates))
 	if err := m.requests.start(m.life.ctx); errors.Is(err, ErrPermissionDenied) {
 		// Never a reason not to start: publishes answer PermissionDenied until it is granted.
 		log.Error(err, "The CertificateRequest informer cannot sync; every issuance fails until the permission is granted")
@@ -108,6 +111,24 @@ func NewManager(opts Options) (*Manager, error) {
 	m.resumeMountedVolumes()
 	m.table.showAllCounts() // every state, zeros included, from the start
 	return m, nil
+}
+
+// startAccessCheck runs checkAccess for rules on a goroutine of the manager's life, so that
+// NewManager never waits for the apiserver's answers and Stop ends the check; with
+// Options.DisableAccessCheck it asks nothing.
+func (m *Manager) startAccessCheck(rules []accessRule) {
+	m.accessChecked = make(chan struct{})
+	tr := m.life.track()
+	if m.opts.DisableAccessCheck || tr == nil {
+		tr.done()
+		close(m.accessChecked)
+		return
+	}
+	go func() {
+		defer close(m.accessChecked)
+		defer tr.done()
+		checkAccess(m.life.ctx, m.opts.Client.Discovery().RESTClient(), rules, m.log)
+	}()
 }
 
 // apiserverProbe asks the apiserver for its version: the cheapest request every client may make.

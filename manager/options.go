@@ -177,6 +177,16 @@ type Options struct {
 	// Burst below 1 is an error.
 	IssuanceRateLimit *RateLimit
 
+	// DisableAccessCheck turns off the start-up access check. By default NewManager starts, in
+	// the background (it never waits for it, and Stop ends it), one SelfSubjectAccessReview per
+	// verb the options need of the driver's account (create, list, watch and delete on
+	// certificaterequests, create dropped when ClientForMetadata creates; create and patch on
+	// events with an EventRecorder; get on pods and patch on pods/status with a PodCondition),
+	// bounded by 10 s in all, and logs each missing rule in ClusterRole form. A review is
+	// answered by the apiserver's authorizer alone (nothing is stored), and every authenticated
+	// account may create one. True: no review is sent, as upstream.
+	DisableAccessCheck bool
+
 	// PodCondition, when set, keeps a condition of the given type on the status of each pod
 	// with volumes managed here: True while each of them holds a certificate that is not past
 	// its NotAfter less PodCondition.ExpiryMargin (see PodCondition). Default (nil): no condition, no pod is read or written.

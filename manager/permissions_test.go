@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,10 +168,25 @@ func TestRefusedListStartsAndSaysSo(t *testing.T) {
 // accessServer answers SelfSubjectAccessReviews (and /version) on a loopback server, allowing
 // exactly the given "resource verb" pairs.
 func accessServer(t *testing.T, allowed ...string) *rest.Config {
+	cfg, _ := newReviewServer(t, nil, allowed...)
+	return cfg
+}
+
+// reviewServer counts the reviews it answers; with hold set, each review is answered only once
+// hold is closed, or never when the caller gives up first (counted in abandoned).
+type reviewServer struct {
+	reviews   atomic.Int32
+	abandoned atomic.Int32
+	hold      chan struct{}
+	received  chan struct{} // one value per review received, when hold is set
+}
+
+func newReviewServer(t *testing.T, hold chan struct{}, allowed ...string) (*rest.Config, *reviewServer) {
 	allow := map[string]bool{}
 	for _, a := range allowed {
 		allow[a] = true
 	}
+	rs := &reviewServer{hold: hold, received: make(chan struct{}, 100)}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/version" {
 			_, _ = w.Write([]byte(`{"major":"1","minor":"36"}`))
@@ -185,6 +201,16 @@ func accessServer(t *testing.T, allowed ...string) *rest.Config {
 			http.Error(w, "bad review", http.StatusBadRequest)
 			return
 		}
+		rs.reviews.Add(1)
+		if rs.hold != nil {
+			rs.received <- struct{}{}
+			select {
+			case <-rs.hold:
+			case <-r.Context().Done():
+				rs.abandoned.Add(1)
+				return
+			}
+		}
 		ra := review.Spec.ResourceAttributes
 		resource := ra.Resource
 		if ra.Subresource != "" {
@@ -194,7 +220,57 @@ func accessServer(t *testing.T, allowed ...string) *rest.Config {
 		_ = json.NewEncoder(w).Encode(&review)
 	}))
 	t.Cleanup(srv.Close)
-	return &rest.Config{Host: srv.URL}
+	return &rest.Config{Host: srv.URL}, rs
+}
+
+// waitClosed fails the test unless ch is closed within pollTimeout.
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(pollTimeout):
+		t.Fatalf("%s did not happen within %v", what, pollTimeout)
+	}
+}
+
+// TestStartUpCheckNeverHoldsNewManager: NewManager returns, and volumes are managed, while the
+// apiserver has not answered the access check; Stop ends the check's request.
+func TestStartUpCheckNeverHoldsNewManager(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	cfg, rs := newReviewServer(t, hold)
+	e, rbac := chartEnv(t, testkit.ChartVerbs, nil)
+	e.opts.Client = accessClient{RBACClient: rbac, discovery: discovery.NewDiscoveryClientForConfigOrDie(cfg)}
+	e.register("v1", false)
+	m := e.start()
+	select {
+	case <-rs.received:
+	case <-time.After(pollTimeout):
+		t.Fatal("the access check never asked")
+	}
+	select {
+	case <-m.accessChecked:
+		t.Fatal("the access check ended without an answer")
+	default:
+	}
+	e.manageAndIssue("v1") // served while the check waits
+	m.Stop()
+	waitClosed(t, m.accessChecked, "the end of the access check at Stop")
+	if n := rs.reviews.Load(); n != 1 {
+		t.Fatalf("%d reviews sent, want 1: the check went on after its first question was not answered", n)
+	}
+}
+
+// TestDisableAccessCheckAsksNothing: with DisableAccessCheck no review is sent.
+func TestDisableAccessCheckAsksNothing(t *testing.T) {
+	cfg, rs := newReviewServer(t, nil)
+	e, rbac := chartEnv(t, testkit.ChartVerbs, func(o *Options) { o.DisableAccessCheck = true })
+	e.opts.Client = accessClient{RBACClient: rbac, discovery: discovery.NewDiscoveryClientForConfigOrDie(cfg)}
+	m := e.start()
+	waitClosed(t, m.accessChecked, "the (disabled) access check's end")
+	if n := rs.reviews.Load(); n != 0 {
+		t.Fatalf("%d reviews sent with DisableAccessCheck", n)
+	}
 }
 
 // accessClient is a cert-manager client whose discovery (and so the start-up access check) goes
@@ -222,7 +298,7 @@ func TestStartUpNamesEachMissingRule(t *testing.T) {
 		o.PodCondition = &PodCondition{Type: "example.com/certificates", Client: kube.CoreV1()}
 	})
 	e.opts.Client = accessClient{RBACClient: rbac, discovery: discovery.NewDiscoveryClientForConfigOrDie(cfg)}
-	e.start()
+	waitClosed(t, e.start().accessChecked, "the access check's end")
 
 	got := lines.Matching("add this rule to its ClusterRole")
 	want := []string{
@@ -243,7 +319,7 @@ func TestStartUpNamesEachMissingRule(t *testing.T) {
 // TestStartUpCheckIsQuietWhenEverythingIsGranted: with every permission held, no line names a
 // missing rule; in token mode (ClientForMetadata set) create is not asked for the driver.
 func TestStartUpCheckIsQuietWhenEverythingIsGranted(t *testing.T) {
-	cfg := accessServer(t, "certificaterequests watch", "certificaterequests list", "certificaterequests delete")
+	cfg, rs := newReviewServer(t, nil, "certificaterequests watch", "certificaterequests list", "certificaterequests delete")
 	lines := &testkit.LogLines{}
 	log := lines.Logger()
 	e, rbac := chartEnv(t, testkit.ChartVerbs, func(o *Options) {
@@ -252,7 +328,10 @@ func TestStartUpCheckIsQuietWhenEverythingIsGranted(t *testing.T) {
 		o.ClientForMetadata = func(metadata.Metadata) (cmclient.Interface, error) { return client, nil }
 	})
 	e.opts.Client = accessClient{RBACClient: rbac, discovery: discovery.NewDiscoveryClientForConfigOrDie(cfg)}
-	e.start()
+	waitClosed(t, e.start().accessChecked, "the access check's end")
+	if n := rs.reviews.Load(); n != 3 {
+		t.Fatalf("%d reviews sent, want 3 (list, watch, delete: one per verb)", n)
+	}
 	if got := lines.Matching("add this rule"); len(got) != 0 {
 		t.Fatalf("lines naming a missing rule with everything granted:\n%s", strings.Join(got, "\n"))
 	}
