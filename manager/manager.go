@@ -87,7 +87,7 @@ func NewManager(opts Options) (*Manager, error) {
 		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
 		func() { opts.Metrics.IncrementAdmissionWaits(nodeHash) })
 	m.outage = newOutage(opts.Clock, apiserverProbe(opts.Client), m.life)
-	if m.requests, err = newRequests(opts.Client, opts.Clock, opts.NodeID, nodeHash, m.keys.seen, m.keys.requestDeleted); err != nil {
+	if m.requests, err = newRequests(opts.Client, opts.Clock, opts.NodeID, nodeHash, !opts.DisableOriginAnnotations, m.keys.seen, m.keys.requestDeleted); err != nil {
 		m.life.end()
 		return nil, err
 	}

@@ -105,7 +105,7 @@ type Options struct {
 	MaxRequestsPerVolume int
 
 	// NodeID identifies this node; its hash labels every CertificateRequest, and every request
-	// names it in the annotation approval.NodeNameAnnotationKey. Set it to the Kubernetes node
+	// names it in the annotation approval.NodeNameAnnotationKey (see DisableOriginAnnotations). Set it to the Kubernetes node
 	// name: the node-bound admission policy and approval check compare it with the node of the
 	// creating token and of the pod. Required.
 	NodeID string
@@ -176,6 +176,15 @@ type Options struct {
 	// same rules). Default (nil): no rate limit. A PerSecond that is not greater than zero or a
 	// Burst below 1 is an error.
 	IssuanceRateLimit *RateLimit
+
+	// DisableOriginAnnotations leaves the library's origin annotations off every
+	// CertificateRequest: by default each carries approval.NodeNameAnnotationKey (NodeID) and,
+	// when the volume context has them, approval.PodNamespaceAnnotationKey, PodNameAnnotationKey
+	// and PodUIDAnnotationKey, so that an admission policy and an approver can check the node and
+	// the pod it is for (node-bound issuance, package approval, needs them), and a bundle that
+	// sets one of those keys to another value fails the attempt. True: a request carries the
+	// bundle's annotations alone, as upstream.
+	DisableOriginAnnotations bool
 
 	// DisableAccessCheck turns off the start-up access check. By default NewManager starts, in
 	// the background (it never waits for it, and Stop ends it), one SelfSubjectAccessReview per

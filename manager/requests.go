@@ -82,9 +82,12 @@ const (
 type requests struct {
 	client   cmclient.Interface // the driver's own client: lists, watches, reads and deletes requests
 	clock    clock.Clock
-	nodeName string // Options.NodeID, named on every request
-	nodeHash string
-	informer cache.SharedIndexInformer
+	nodeName string // Options.NodeID, named on every request unless annotateOrigin is false
+	// annotateOrigin is false with Options.DisableOriginAnnotations: requests carry the
+	// bundle's annotations alone, as upstream.
+	annotateOrigin bool
+	nodeHash       string
+	informer       cache.SharedIndexInformer
 	// informerDone is closed when the informer started by start has stopped.
 	informerDone chan struct{}
 	lister       cmlisters.CertificateRequestLister
@@ -113,17 +116,18 @@ type requests struct {
 }
 
 // newRequests sets up the informer on the node's requests; start runs it.
-func newRequests(client cmclient.Interface, clk clock.Clock, nodeName, nodeHash string, seen, deleted func(reqKey string)) (*requests, error) {
+func newRequests(client cmclient.Interface, clk clock.Clock, nodeName, nodeHash string, annotateOrigin bool, seen, deleted func(reqKey string)) (*requests, error) {
 	r := &requests{
-		client:      client,
-		nodeName:    nodeName,
-		clock:       clk,
-		nodeHash:    nodeHash,
-		seen:        seen,
-		deleted:     deleted,
-		created:     make(map[string]uint64),
-		watchers:    make(map[string]map[chan struct{}]struct{}),
-		directReads: rate.NewLimiter(directReadRate, directReadBurst),
+		client:         client,
+		nodeName:       nodeName,
+		annotateOrigin: annotateOrigin,
+		clock:          clk,
+		nodeHash:       nodeHash,
+		seen:           seen,
+		deleted:        deleted,
+		created:        make(map[string]uint64),
+		watchers:       make(map[string]map[chan struct{}]struct{}),
+		directReads:    rate.NewLimiter(directReadRate, directReadBurst),
 
 		informerRefused: make(map[string]error),
 		accessChanged:   make(chan struct{}),
@@ -373,11 +377,14 @@ func (r *requests) build(meta metadata.Metadata, bundle *CertificateRequestBundl
 // approval) can check it: this node's name, and the pod's namespace, name and UID from the volume
 // context (each only when the context has it). A bundle may set one of these keys only to the
 // same value: a request naming another node or pod than its own is refused here, before anything
-// is created.
+// is created. Without annotateOrigin it returns the copy alone.
 func (r *requests) originAnnotations(meta metadata.Metadata, fromBundle map[string]string) (map[string]string, error) {
 	annotations := make(map[string]string, len(fromBundle)+4)
 	for k, v := range fromBundle {
 		annotations[k] = v
+	}
+	if !r.annotateOrigin {
+		return annotations, nil
 	}
 	for _, origin := range []struct{ key, value string }{
 		{approval.NodeNameAnnotationKey, r.nodeName},
