@@ -23,10 +23,10 @@ limitations under the License.
 //
 // Scenarios:
 //   - gate: volumes whose readiness gate opens uniformly 0.5–5 s after they are managed; the
-//     latency from gate-open to CertificateRequest created, with RequeuePod called on gate open,
-//     without it (a polling driver: the 1 s gate backoff and the 1 s gate poll), without it and
-//     with the poll off, and with the old behaviour (gate pending retried on the 30 s issuance
-//     backoff) as the baseline. Upstream csi-lib's schedule is printed beside them as a
+//     latency from gate-open to CertificateRequest created, and the gate's asks per volume, with
+//     RequeuePod called on gate open, without it (the defaults: the 1 s to 10 s gate backoff
+//     alone), without it and with the opt-in 1 s gate poll, and with the behaviour of releases
+//     before v0.11.0 (gate pending retried on the 30 s issuance backoff) as the baseline. Upstream csi-lib's schedule is printed beside them as a
 //     reference: its first check on a 1 s tick, then retries separated by the same gate
 //     backoff's steps (simulated with the same jitter; upstream's source is not needed).
 //   - idle: cost of N issued volumes that are not yet due: CPU, storage reads, goroutines, heap.
@@ -101,23 +101,23 @@ func main() {
 	fmt.Printf("csi-lib manager benchmarks (%s, %d CPUs, %s)\n\n", runtime.Version(), runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"))
 	if run("gate") {
 		fmt.Printf("1. gate-open -> CertificateRequest created, %d volumes, gate opens 0.5-5 s after manage\n", gateN)
-		fmt.Printf("   %-44s %8s %8s %8s\n", "configuration", "p50", "p99", "max")
+		fmt.Printf("   %-46s %8s %8s %8s %8s\n", "configuration", "p50", "p99", "max", "asks/vol")
 		for _, c := range []struct {
 			name    string
 			requeue bool
 			gate    wait.Backoff
 			poll    time.Duration
 		}{
-			{"RequeuePod on gate open (1 s gate backoff)", true, manager.DefaultGateBackoff(), 0},
-			{"no RequeuePod: polling driver (defaults)", false, manager.DefaultGateBackoff(), 0},
-			{"no RequeuePod, gate poll off", false, manager.DefaultGateBackoff(), -1},
-			{"old: gate pending on the 30 s issue backoff", false, manager.DefaultRenewalBackoff(), -1},
+			{"RequeuePod on gate open (defaults)", true, manager.DefaultGateBackoff(), 0},
+			{"no RequeuePod (defaults: gate backoff only)", false, manager.DefaultGateBackoff(), 0},
+			{"no RequeuePod, GatePollInterval 1 s (opt-in)", false, manager.DefaultGateBackoff(), time.Second},
+			{"before v0.11.0: gate on the 30 s issue backoff", false, manager.DefaultRenewalBackoff(), 0},
 		} {
-			lat := gateScenario(ca, gateN, c.requeue, c.gate, c.poll)
-			fmt.Printf("   %-44s %8s %8s %8s\n", c.name, pct(lat, 50), pct(lat, 99), pct(lat, 100))
+			lat, asks := gateScenario(ca, gateN, c.requeue, c.gate, c.poll)
+			fmt.Printf("   %-46s %8s %8s %8s %8.1f\n", c.name, pct(lat, 50), pct(lat, 99), pct(lat, 100), float64(asks)/float64(gateN))
 		}
 		lat := upstreamGateSchedule(gateN)
-		fmt.Printf("   %-44s %8s %8s %8s\n", "reference: upstream's schedule (1 s tick)", pct(lat, 50), pct(lat, 99), pct(lat, 100))
+		fmt.Printf("   %-46s %8s %8s %8s\n", "reference: upstream's schedule (1 s tick)", pct(lat, 50), pct(lat, 99), pct(lat, 100))
 		fmt.Println()
 	}
 	if run("idle") {
@@ -312,13 +312,17 @@ func upstreamGateSchedule(n int) []time.Duration {
 	return lat
 }
 
-func gateScenario(ca *testkit.CA, n int, requeue bool, gateBackoff wait.Backoff, gatePoll time.Duration) []time.Duration {
+// gateScenario returns each volume's latency from its gate opening to its request's creation,
+// and how many times the gate was asked in all.
+func gateScenario(ca *testkit.CA, n int, requeue bool, gateBackoff wait.Backoff, gatePoll time.Duration) ([]time.Duration, int) {
 	store := storage.NewMemoryFS()
 	var mu sync.Mutex
 	openAt := map[string]time.Time{}
+	asks := 0
 	gate := func(meta metadata.Metadata) (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
+		asks++
 		at, ok := openAt[meta.VolumeID]
 		if !ok || time.Now().Before(at) {
 			return false, "pod has no IP"
@@ -364,13 +368,19 @@ func gateScenario(ca *testkit.CA, n int, requeue bool, gateBackoff wait.Backoff,
 			mu.Unlock()
 		case <-deadline:
 			fmt.Fprintf(os.Stderr, "gate scenario: only %d of %d requests created\n", len(lat), n)
-			return lat
+			return lat, gateAsks(&mu, &asks)
 		}
 	}
 	for _, t := range timers {
 		t.Stop()
 	}
-	return lat
+	return lat, gateAsks(&mu, &asks)
+}
+
+func gateAsks(mu *sync.Mutex, asks *int) int {
+	mu.Lock()
+	defer mu.Unlock()
+	return *asks
 }
 
 type idleResult struct {

@@ -86,6 +86,9 @@ func main() {
 	capFlag := flag.Int("limit-concurrency", 4, "MaxConcurrentIssuances in the limited restart")
 	rate := flag.Float64("limit-rate", 0.5, "IssuanceRateLimit.PerSecond in the limited restart")
 	burst := flag.Int("limit-burst", 1, "IssuanceRateLimit.Burst in the limited restart")
+	accessNodes := flag.Int("access-nodes", 5000, "nodes starting at once in the access check's measurement (0: skip it)")
+	accessInFlight := flag.Int("access-in-flight", 50, "reviews in flight at once in the access check's measurement")
+	onlyAccess := flag.Bool("only-access", false, "measure the access check alone")
 	flag.Parse()
 	var fs []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -94,7 +97,10 @@ func main() {
 		fs = append(fs, n)
 	}
 	limited := manager.Options{MaxConcurrentIssuances: *capFlag, IssuanceRateLimit: &manager.RateLimit{PerSecond: *rate, Burst: *burst}}
-	if err := run(fs, *volumes, limited); err != nil {
+	if *onlyAccess {
+		fs = nil
+	}
+	if err := run(fs, *volumes, limited, *accessNodes, *accessInFlight); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}
@@ -121,7 +127,7 @@ type bench struct {
 	watchEnds atomic.Int64
 }
 
-func run(sizes []int, v int, limited manager.Options) error {
+func run(sizes []int, v int, limited manager.Options, accessNodes, accessInFlight int) error {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: run it with `make bench`")
 	}
@@ -154,6 +160,16 @@ func run(sizes []int, v int, limited manager.Options) error {
 	}
 
 	fmt.Printf("Fleet on one kube-apiserver (envtest), %d CPUs, %s RAM, %s, %s\n", runtime.NumCPU(), memTotal(), runtime.Version(), time.Now().UTC().Format("2006-01-02"))
+	if accessNodes > 0 {
+		r, err := b.accessCheckCost(ctx, accessNodes, accessInFlight)
+		if err != nil {
+			return err
+		}
+		printAccess(r)
+	}
+	if len(sizes) == 0 {
+		return nil
+	}
 	fmt.Printf("Each simulated node: its own Manager, node ID, informer, client connection (no client-side rate limit) and MemoryFS; V=%d volumes; one auto-signer for the cluster.\n\n", v)
 	var results []*sizeResult
 	var last *fleet
