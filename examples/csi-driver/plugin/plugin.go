@@ -39,7 +39,6 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
-	cminformers "github.com/cert-manager/cert-manager/pkg/client/informers/externalversions"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -253,14 +252,9 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: cfg.DriverName})
 
-	// The node's CertificateRequests, for upstream's request families on /metrics: an informer of
-	// the driver's own (the manager's exists only once NewManager has returned, and NewManager
-	// takes the metrics), selected by the label the manager puts on the node's requests.
-	requestFactory := cminformers.NewSharedInformerFactoryWithOptions(cm, 0, cminformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = "csi.cert-manager.io/node-id-hash=" + nodeIDHash(cfg.NodeID)
-	}))
-	requestLister := requestFactory.Certmanager().V1().CertificateRequests().Lister()
-	met := metrics.New(cfg.NodeID, &log, prometheus.NewRegistry(), store, requestLister)
+	// The node's CertificateRequests for upstream's request families on /metrics come from the
+	// manager's own informer, handed to the metrics once NewManager has returned.
+	met := metrics.New(cfg.NodeID, &log, prometheus.NewRegistry(), store, nil)
 	met.EnableExtendedMetrics()
 	var metricsAddr net.Addr
 	if cfg.MetricsAddress != "" {
@@ -303,6 +297,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		return err
 	}
 	defer m.Stop()
+	met.SetCertificateRequestLister(m.CertificateRequestLister())
 	// A pod being deleted is told to the manager (PodTerminating): a publish of its volume ends
 	// at once and nothing more is requested for it. With RequeuePods, every change requeues.
 	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -328,14 +323,11 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		return err
 	}
 	podFactory.Start(ctx.Done())
-	requestFactory.Start(ctx.Done())
 	defer func() {
-		cancel() // the informers stop with ctx; Shutdown waits for them
+		cancel() // the informer stops with ctx; Shutdown waits for it
 		podFactory.Shutdown()
-		requestFactory.Shutdown()
 	}()
 	podFactory.WaitForCacheSync(ctx.Done())
-	requestFactory.WaitForCacheSync(ctx.Done())
 
 	d, err := driver.New(ctx, "unix://"+cfg.CSISocket, log.WithName("csi"), driver.Options{
 		DriverName: cfg.DriverName, DriverVersion: Version, NodeID: cfg.NodeID,

@@ -19,24 +19,14 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"os"
 	"path/filepath"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
-	"k8s.io/apimachinery/pkg/util/rand"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
-
-// nodeIDHash is the value of the label csi.cert-manager.io/node-id-hash on the node's requests:
-// the FNV-1 32-bit hash of the node ID, in decimal, through apimachinery's SafeEncodeString.
-func nodeIDHash(nodeID string) string {
-	h := fnv.New32()
-	_, _ = h.Write([]byte(nodeID))
-	return rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
-}
 
 // registration answers kubelet's plugin watcher: the driver's name and CSI endpoint.
 type registration struct {
