@@ -97,7 +97,7 @@ func (o setOverlay) overlayPatches() []overlayPatch {
 		{Op: "test", Path: "/spec/template/spec/containers/0/name", Value: "csi-driver"},
 		{Op: "add", Path: "/spec/template/spec/containers/0/args/-", Value: "--plugins-registry=/registration"},
 		{Op: "add", Path: "/spec/template/spec/containers/0/args/-", Value: "--kubelet-registration-path=" + filepath.Join(o.kubeletDir, "plugins", driverName, "csi.sock")},
-		{Op: "add", Path: "/spec/template/spec/containers/0/args/-", Value: "--metrics-address=" + o.metricsAddress},
+		{Op: "add", Path: "/spec/template/spec/containers/0/args/-", Value: "--metrics-bind-address=" + o.metricsAddress},
 		{Op: "add", Path: "/spec/template/spec/containers/0/volumeMounts/-", Value: map[string]string{"name": "registration-dir", "mountPath": "/registration"}},
 		{Op: "test", Path: "/spec/template/spec/containers/0/volumeMounts/1/name", Value: "pods-mount-dir"},
 		{Op: "replace", Path: "/spec/template/spec/containers/0/volumeMounts/1/mountPath", Value: filepath.Join(o.kubeletDir, "pods")},

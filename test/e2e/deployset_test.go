@@ -55,7 +55,7 @@ func TestOverlayFitsTheSet(t *testing.T) {
 			t.Errorf("the overlay dropped the driver's %s", a)
 		}
 	}
-	for _, want := range []string{"--plugins-registry=/registration", "--kubelet-registration-path=/run/e2e/kubelet/plugins/csi.example.com/csi.sock", "--metrics-address=127.0.0.1:9999"} {
+	for _, want := range []string{"--plugins-registry=/registration", "--kubelet-registration-path=/run/e2e/kubelet/plugins/csi.example.com/csi.sock", "--metrics-bind-address=127.0.0.1:9999"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("the overlay's driver has no %s: %v", want, args)
 		}
