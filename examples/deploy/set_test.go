@@ -278,3 +278,29 @@ func TestSetIsConsistent(t *testing.T) {
 		}
 	}
 }
+
+// kubePrometheusStackRelease is the Helm release name of kube-prometheus-stack's install docs,
+// whose Prometheus selects PodMonitors and PrometheusRules labelled release: <release name>
+// (podMonitorSelectorNilUsesHelmValues, ruleSelectorNilUsesHelmValues).
+const kubePrometheusStackRelease = "kube-prometheus-stack"
+
+// TestMonitoringIsSelectedByKubePrometheusStack: the PodMonitor and the PrometheusRule carry the
+// label a stock kube-prometheus-stack's Prometheus selects them by.
+func TestMonitoringIsSelectedByKubePrometheusStack(t *testing.T) {
+	s := decodeSet(t)
+	objects := map[string]map[string]string{}
+	for _, pm := range s.podMonitors {
+		objects["PodMonitor "+pm.Metadata.Name] = pm.Metadata.Labels
+	}
+	for _, r := range alertRules(t) {
+		objects["PrometheusRule "+r.Metadata.Name] = r.Metadata.Labels
+	}
+	if len(objects) < 2 {
+		t.Fatalf("monitoring objects: %v", slices.Sorted(maps.Keys(objects)))
+	}
+	for name, l := range objects {
+		if l["release"] != kubePrometheusStackRelease {
+			t.Errorf("%s has the label release=%q, want %q", name, l["release"], kubePrometheusStackRelease)
+		}
+	}
+}
