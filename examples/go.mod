@@ -9,6 +9,7 @@ require (
 	github.com/cert-manager/cert-manager v1.21.2
 	github.com/cert-manager/csi-lib v0.0.0-00010101000000-000000000000
 	github.com/go-logr/logr v1.4.4
+	github.com/moby/patternmatcher v0.6.1
 	github.com/prometheus/client_golang v1.24.1
 	google.golang.org/grpc v1.83.2
 	k8s.io/api v0.36.3

@@ -15,10 +15,12 @@ limitations under the License.
 */
 
 // Command csi-driver is the example CSI node driver: a driver built from the library's public API
-// only, as a driver author writes one (its body is the package plugin), with the flags of
-// cert-manager csi-driver where it has them (--driver-name, --node-id, --data-root,
-// --metrics-address), plus the registration socket through which kubelet discovers it
-// (kubelet's plugin registration API, what node-driver-registrar serves in a cluster).
+// only, as a driver author writes one (its body is the package plugin). Where cert-manager
+// csi-driver has a flag for the same thing, the example's has its name: --driver-name,
+// --node-id, --endpoint, --data-root, --kubeconfig and --metrics-bind-address. Its other flags are
+// its own (plugin.BindFlags lists them): the readiness gate, the pod condition, the default
+// issuer, and the registration socket through which kubelet discovers it (kubelet's plugin
+// registration API, what node-driver-registrar serves in a cluster).
 // examples/deploy holds what an operator applies to run it in a cluster.
 //
 //	(cd examples && go run ./csi-driver --help)   # from the repository's root; examples is a module of its own

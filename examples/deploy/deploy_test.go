@@ -139,6 +139,34 @@ func TestDriverRBACIsTheCharts(t *testing.T) {
 	}
 }
 
+// TestDriverRBACIsNothingMore: the driver's ClusterRole grants what the example driver calls and
+// nothing more: the charts' rule on CertificateRequests, get, list and watch on pods (its pod
+// informer; get for Options.PodCondition), and on core Events the create and patch of client-go's
+// recorder (Options.EventRecorder, what manager.NewManager's start-up check asks for): no update,
+// no events.k8s.io.
+func TestDriverRBACIsNothingMore(t *testing.T) {
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"cert-manager.io"}, Resources: []string{"certificaterequests"}, Verbs: []string{"create", "delete", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+	role := decodeSet(t).clusterRoles["csi-driver"]
+	if role == nil {
+		t.Fatal("no ClusterRole csi-driver")
+	}
+	var got []rbacv1.PolicyRule
+	for _, r := range role.Rules {
+		r.Verbs = slices.Sorted(slices.Values(r.Verbs))
+		got = append(got, r)
+	}
+	if !slices.EqualFunc(got, want, func(a, b rbacv1.PolicyRule) bool {
+		return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) && slices.Equal(a.Verbs, b.Verbs) &&
+			len(a.ResourceNames) == 0 && len(a.NonResourceURLs) == 0
+	}) {
+		t.Errorf("ClusterRole csi-driver grants\n%v\nwant exactly\n%v", got, want)
+	}
+}
+
 // TestAlertsAreComplete: every alert waits out a missed scrape ("for") and says what happened
 // and where (summary, description).
 func TestAlertsAreComplete(t *testing.T) {

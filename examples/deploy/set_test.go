@@ -17,6 +17,8 @@ limitations under the License.
 package deploy
 
 import (
+	"flag"
+	"io"
 	"maps"
 	"os"
 	"slices"
@@ -34,6 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cert-manager/csi-lib/examples/csi-driver/plugin"
 	"github.com/cert-manager/csi-lib/test/testkit/manifests"
 )
 
@@ -177,6 +180,15 @@ func TestSetIsConsistent(t *testing.T) {
 	app := s.deployments["example-app"].Spec.Template.Spec
 	approverArgs := container(t, s.deployments["csi-approver"].Spec.Template.Spec, "approver").Args
 
+	// Every argument of the driver is a flag the example driver defines (csi-driver's names
+	// where it has them, plugin.BindFlags).
+	fs := flag.NewFlagSet("csi-driver", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	plugin.BindFlags(fs, &plugin.Config{})
+	if err := fs.Parse(driver.Args); err != nil || fs.NArg() != 0 {
+		t.Errorf("the DaemonSet's driver arguments %v are not the driver's flags: %v (left over: %v)", driver.Args, err, fs.Args())
+	}
+
 	// The driver's name.
 	if name, _ := flagValue(driver.Args, "driver-name"); name != s.csiDriver.Name {
 		t.Errorf("the DaemonSet's --driver-name is %q, the CSIDriver is %q", name, s.csiDriver.Name)
@@ -257,12 +269,38 @@ func TestSetIsConsistent(t *testing.T) {
 	if err != nil || pm.Metadata.Namespace != s.daemonSet.Namespace || !sel.Matches(labels.Set(s.daemonSet.Spec.Template.Labels)) {
 		t.Errorf("the PodMonitor (%s, %v) does not select the driver's pods", pm.Metadata.Namespace, pm.Spec.Selector)
 	}
-	addr, _ := flagValue(driver.Args, "metrics-address")
+	addr, _ := flagValue(driver.Args, "metrics-bind-address")
 	for _, ep := range pm.Spec.PodMetricsEndpoints {
 		if !slices.ContainsFunc(driver.Ports, func(p corev1.ContainerPort) bool {
 			return p.Name == ep.Port && strings.HasSuffix(addr, ":"+strconv.Itoa(int(p.ContainerPort)))
 		}) {
 			t.Errorf("the PodMonitor scrapes port %q, the driver serves /metrics on %q (ports %v)", ep.Port, addr, driver.Ports)
+		}
+	}
+}
+
+// kubePrometheusStackRelease is the Helm release name of kube-prometheus-stack's install docs,
+// whose Prometheus selects PodMonitors and PrometheusRules labelled release: <release name>
+// (podMonitorSelectorNilUsesHelmValues, ruleSelectorNilUsesHelmValues).
+const kubePrometheusStackRelease = "kube-prometheus-stack"
+
+// TestMonitoringIsSelectedByKubePrometheusStack: the PodMonitor and the PrometheusRule carry the
+// label a stock kube-prometheus-stack's Prometheus selects them by.
+func TestMonitoringIsSelectedByKubePrometheusStack(t *testing.T) {
+	s := decodeSet(t)
+	objects := map[string]map[string]string{}
+	for _, pm := range s.podMonitors {
+		objects["PodMonitor "+pm.Metadata.Name] = pm.Metadata.Labels
+	}
+	for _, r := range alertRules(t) {
+		objects["PrometheusRule "+r.Metadata.Name] = r.Metadata.Labels
+	}
+	if len(objects) < 2 {
+		t.Fatalf("monitoring objects: %v", slices.Sorted(maps.Keys(objects)))
+	}
+	for name, l := range objects {
+		if l["release"] != kubePrometheusStackRelease {
+			t.Errorf("%s has the label release=%q, want %q", name, l["release"], kubePrometheusStackRelease)
 		}
 	}
 }

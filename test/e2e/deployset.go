@@ -46,7 +46,8 @@ import (
 
 // setOverlay is what the overlay needs to know of this node.
 type setOverlay struct {
-	// kubeletDir is kubelet's --root-dir here (the set's hostPaths assume /var/lib/kubelet).
+	// kubeletDir is kubelet's --root-dir here: the overlay sets the set's one value of it
+	// (kubelet-root-dir.yaml, /var/lib/kubelet) and runs the set's component kubelet-root again.
 	kubeletDir string
 	// dataDir replaces the driver's data hostPath (the set's is under /tmp).
 	dataDir string
@@ -60,9 +61,17 @@ type setOverlay struct {
 	appCommand []string
 }
 
+// kubeletRootConfigMap and kubeletRootKey hold the set's kubelet root directory
+// (examples/deploy/kubelet-root-dir.yaml).
+const (
+	kubeletRootConfigMap = "kubelet-root-dir"
+	kubeletRootKey       = "kubeletRootDir"
+)
+
 // jsonPatch is one RFC 6902 operation.
 type jsonPatch struct {
 	Op    string `json:"op"`
+	From  string `json:"from,omitempty"`
 	Path  string `json:"path"`
 	Value any    `json:"value,omitempty"`
 }
@@ -91,23 +100,25 @@ func (o setOverlay) overlayPatches() []overlayPatch {
 			{Op: "replace", Path: fmt.Sprintf("/spec/template/spec/volumes/%d/hostPath/path", volume), Value: path},
 		}
 	}
+	// The driver takes over node-driver-registrar's --kubelet-registration-path and the kubelet
+	// root it reads (both set from the overlay's kubelet root by the component), then the
+	// registrar goes.
 	driver := []jsonPatch{
 		{Op: "test", Path: "/spec/template/spec/containers/0/name", Value: "node-driver-registrar"},
+		{Op: "test", Path: "/spec/template/spec/containers/0/args/1", Value: "--kubelet-registration-path=$(KUBELET_ROOT_DIR)/plugins/" + driverName + "/csi.sock"},
+		{Op: "test", Path: "/spec/template/spec/containers/0/env/0/name", Value: "KUBELET_ROOT_DIR"},
+		{Op: "test", Path: "/spec/template/spec/containers/1/name", Value: "csi-driver"},
+		{Op: "copy", From: "/spec/template/spec/containers/0/args/1", Path: "/spec/template/spec/containers/1/args/-"},
+		{Op: "copy", From: "/spec/template/spec/containers/0/env/0", Path: "/spec/template/spec/containers/1/env/-"},
 		{Op: "remove", Path: "/spec/template/spec/containers/0"},
 		{Op: "test", Path: "/spec/template/spec/containers/0/name", Value: "csi-driver"},
 		{Op: "add", Path: "/spec/template/spec/containers/0/args/-", Value: "--plugins-registry=/registration"},
-		{Op: "add", Path: "/spec/template/spec/containers/0/args/-", Value: "--kubelet-registration-path=" + filepath.Join(o.kubeletDir, "plugins", driverName, "csi.sock")},
-		{Op: "add", Path: "/spec/template/spec/containers/0/args/-", Value: "--metrics-address=" + o.metricsAddress},
+		{Op: "add", Path: "/spec/template/spec/containers/0/args/-", Value: "--metrics-bind-address=" + o.metricsAddress},
 		{Op: "add", Path: "/spec/template/spec/containers/0/volumeMounts/-", Value: map[string]string{"name": "registration-dir", "mountPath": "/registration"}},
-		{Op: "test", Path: "/spec/template/spec/containers/0/volumeMounts/1/name", Value: "pods-mount-dir"},
-		{Op: "replace", Path: "/spec/template/spec/containers/0/volumeMounts/1/mountPath", Value: filepath.Join(o.kubeletDir, "pods")},
 	}
 	for _, v := range apiVars {
 		driver = append(driver, jsonPatch{Op: "add", Path: "/spec/template/spec/containers/0/env/-", Value: v})
 	}
-	driver = append(driver, hostPath(0, "plugin-dir", filepath.Join(o.kubeletDir, "plugins", driverName))...)
-	driver = append(driver, hostPath(1, "pods-mount-dir", filepath.Join(o.kubeletDir, "pods"))...)
-	driver = append(driver, hostPath(2, "registration-dir", filepath.Join(o.kubeletDir, "plugins_registry"))...)
 	driver = append(driver, hostPath(3, "csi-data-dir", o.dataDir)...)
 	driver = append(driver, apiEnv...)
 	approver := append([]jsonPatch{
@@ -115,8 +126,8 @@ func (o setOverlay) overlayPatches() []overlayPatch {
 		{Op: "add", Path: "/spec/template/spec/containers/0/env", Value: apiVars},
 	}, apiEnv...)
 	return []overlayPatch{{
-		why: "node-driver-registrar's image cannot be pulled here: the driver registers itself (--plugins-registry). " +
-			"kubelet's root directory is this run's, not /var/lib/kubelet. The apiserver listens on loopback only and " +
+		why: "node-driver-registrar's image cannot be pulled here: the driver registers itself (--plugins-registry), " +
+			"with the registrar's --kubelet-registration-path. The set's data directory is under /tmp. The apiserver listens on loopback only and " +
 			"no kube-proxy runs, so the driver uses the host's network and the apiserver's loopback address, and serves " +
 			"/metrics on a loopback port (nothing here is sent to a pod address).",
 		kind: "DaemonSet", name: "csi-driver", source: "daemonset.yaml", ops: driver,
@@ -144,7 +155,14 @@ func (o setOverlay) writeOverlay(dir, base string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(&b, "resources:\n- %s\npatches:\n", rel)
+	fmt.Fprintf(&b, "resources:\n- %s\n", rel)
+	// kubelet's root directory is this run's: the set's one value of it, then the set's component
+	// that puts it into the DaemonSet's paths, run again (the set's build ran it with its own).
+	b.WriteString("# kubelet's root directory is this run's, not /var/lib/kubelet (examples/deploy/kubelet-root-dir.yaml).\n")
+	fmt.Fprintf(&b, "configMapGenerator:\n- name: %s\n  behavior: merge\n  literals:\n  - %s=%s\n  options:\n    disableNameSuffixHash: true\n",
+		kubeletRootConfigMap, kubeletRootKey, o.kubeletDir)
+	fmt.Fprintf(&b, "components:\n- %s\n", filepath.Join(rel, "kubelet-root"))
+	b.WriteString("patches:\n")
 	for _, p := range o.overlayPatches() {
 		ops, err := json.Marshal(p.ops)
 		if err != nil {

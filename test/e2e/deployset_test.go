@@ -17,8 +17,10 @@ limitations under the License.
 package main
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -55,14 +57,56 @@ func TestOverlayFitsTheSet(t *testing.T) {
 			t.Errorf("the overlay dropped the driver's %s", a)
 		}
 	}
-	for _, want := range []string{"--plugins-registry=/registration", "--kubelet-registration-path=/run/e2e/kubelet/plugins/csi.example.com/csi.sock", "--metrics-address=127.0.0.1:9999"} {
+	for _, want := range []string{"--plugins-registry=/registration", "--kubelet-registration-path=$(KUBELET_ROOT_DIR)/plugins/csi.example.com/csi.sock", "--metrics-bind-address=127.0.0.1:9999"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("the overlay's driver has no %s: %v", want, args)
 		}
 	}
-	containers, _, _ := unstructured.NestedSlice(objectOf(objs, "DaemonSet", "csi-driver").Object, "spec", "template", "spec", "containers")
+	ds := objectOf(objs, "DaemonSet", "csi-driver")
+	containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
 	if len(containers) != 1 {
-		t.Errorf("the overlay's DaemonSet has %d containers, want the driver alone", len(containers))
+		t.Fatalf("the overlay's DaemonSet has %d containers, want the driver alone", len(containers))
+	}
+
+	// kubelet's root directory comes from the overlay's one value: the driver's environment,
+	// its mount of the pods directory and the hostPaths, and nothing is left under the set's.
+	env, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "env")
+	if !slices.ContainsFunc(env, func(e any) bool {
+		m := e.(map[string]any)
+		return m["name"] == "KUBELET_ROOT_DIR" && m["value"] == o.kubeletDir
+	}) {
+		t.Errorf("the overlay's driver has no KUBELET_ROOT_DIR=%s: %v", o.kubeletDir, env)
+	}
+	want := map[string]string{
+		"plugin-dir": "/run/e2e/kubelet/plugins/csi.example.com", "pods-mount-dir": "/run/e2e/kubelet/pods",
+		"registration-dir": "/run/e2e/kubelet/plugins_registry", "csi-data-dir": "/run/e2e/data",
+	}
+	volumes, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "volumes")
+	for _, v := range volumes {
+		name, _, _ := unstructured.NestedString(v.(map[string]any), "name")
+		path, _, _ := unstructured.NestedString(v.(map[string]any), "hostPath", "path")
+		if path != want[name] {
+			t.Errorf("the overlay's volume %s is at %q, want %q", name, path, want[name])
+		}
+		delete(want, name)
+	}
+	if len(want) != 0 {
+		t.Errorf("the overlay's DaemonSet has no volumes %v", want)
+	}
+	mounts, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "volumeMounts")
+	if !slices.ContainsFunc(mounts, func(m any) bool {
+		return m.(map[string]any)["name"] == "pods-mount-dir" && m.(map[string]any)["mountPath"] == "/run/e2e/kubelet/pods"
+	}) {
+		t.Errorf("the overlay's driver does not mount the pods directory at /run/e2e/kubelet/pods: %v", mounts)
+	}
+	for _, u := range objs {
+		raw, err := json.Marshal(u.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), "/var/lib/kubelet") {
+			t.Errorf("the overlay's %s %s still names /var/lib/kubelet", u.GetKind(), u.GetName())
+		}
 	}
 }
 

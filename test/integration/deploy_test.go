@@ -21,19 +21,32 @@ package integration
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cert-manager/csi-lib/manager"
+	"github.com/cert-manager/csi-lib/test/testkit"
 	"github.com/cert-manager/csi-lib/test/testkit/manifests"
 )
 
@@ -42,7 +55,8 @@ import (
 // run, nothing is stored), after creating their namespaces. The PodMonitor and the
 // PrometheusRule are left out: their CRDs belong to the Prometheus operator (make e2e installs
 // them and applies the set whole); the deploy package's tests decode them and Prometheus's
-// parser parses the alerts' expressions.
+// parser parses the alerts' expressions. So is kustomize's local-config ConfigMap of kubelet's
+// root directory, which kustomize does not apply.
 func TestDeployManifestsAccepted(t *testing.T) {
 	ctx := context.Background()
 	dyn := dynamic.NewForConfigOrDie(restConfig)
@@ -68,6 +82,9 @@ func TestDeployManifestsAccepted(t *testing.T) {
 			}
 			if u.GroupVersionKind().Group == "monitoring.coreos.com" {
 				continue
+			}
+			if u.GetAnnotations()["config.kubernetes.io/local-config"] == "true" {
+				continue // kustomize's own (kubelet-root-dir.yaml), never applied
 			}
 			objs = append(objs, u)
 		}
@@ -100,6 +117,91 @@ func TestDeployManifestsAccepted(t *testing.T) {
 		accepted++
 	}
 	t.Logf("the apiserver accepted %d objects of examples/deploy", accepted)
+}
+
+// TestDeployRBACIsWhatTheManagerAsks: the driver's ClusterRoles of examples/deploy (rbac.yaml,
+// and pod-condition-rbac.yaml for its pod condition), bound to an account, hold every rule the
+// manager's start-up check asks for with the example driver's options (an EventRecorder and a
+// PodCondition): it logs no missing rule. Without the events rule it names the rule to add,
+// core events create and patch, which is what rbac.yaml grants (the deploy package's tests hold
+// it to exactly that).
+func TestDeployRBACIsWhatTheManagerAsks(t *testing.T) {
+	var rules []rbacv1.PolicyRule
+	for _, f := range []string{"rbac.yaml", "pod-condition-rbac.yaml"} {
+		docs, err := manifests.Documents("../../examples/deploy/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range docs {
+			obj, err := manifests.Decode(doc)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if role, ok := obj.(*rbacv1.ClusterRole); ok {
+				rules = append(rules, role.Rules...)
+			}
+		}
+	}
+	withoutEvents := slices.DeleteFunc(slices.Clone(rules), func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, "events") })
+	if len(withoutEvents) == len(rules) {
+		t.Fatal("examples/deploy's driver roles grant nothing on events")
+	}
+	for _, c := range []struct {
+		name  string
+		rules []rbacv1.PolicyRule
+		want  []string // the rules the start-up check names, in ClusterRole form
+	}{
+		{"rbac.yaml and pod-condition-rbac.yaml", rules, nil},
+		{"without the events rule", withoutEvents, []string{"- {apiGroups: [''], resources: ['events'], verbs: ['create', 'patch']}"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := newNamespace(t)
+			allow(t, ns, "csi-driver", false, c.rules...)
+			user := serviceAccountUser(ns, "csi-driver")
+			for _, r := range c.rules {
+				for _, verb := range r.Verbs {
+					waitAllowedRule(t, user, r.APIGroups[0], r.Resources[0], verb)
+				}
+			}
+			token := serviceAccountToken(t, ns, "csi-driver")
+			cfg := rest.AnonymousClientConfig(restConfig)
+			cfg.BearerToken = token
+			asDriver := kubernetes.NewForConfigOrDie(cfg)
+			broadcaster := record.NewBroadcaster()
+			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: asDriver.CoreV1().Events("")})
+			t.Cleanup(broadcaster.Shutdown)
+			lines := &testkit.LogLines{}
+			log := lines.Logger()
+			startNode(t, nodeConfig{baseDir: t.TempDir(), namespace: ns, managerOpts: func(o *manager.Options) {
+				o.Client = cmclient.NewForConfigOrDie(cfg)
+				o.Log = &log
+				o.EventRecorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "csi.example.com"})
+				o.PodCondition = &manager.PodCondition{Type: certificateReady, Client: asDriver.CoreV1()}
+			}})
+			named := lines.Matching("add this rule to its ClusterRole")
+			if len(named) != len(c.want) {
+				t.Fatalf("the start-up check names %d rules, want %d:\n%s", len(named), len(c.want), strings.Join(named, "\n"))
+			}
+			for i, want := range c.want {
+				if !strings.Contains(named[i], `"rule"="`+want+`"`) {
+					t.Errorf("the start-up check names %s, want %s", named[i], want)
+				}
+			}
+		})
+	}
+}
+
+// waitAllowedRule waits until the apiserver's authorizer lets user use verb on resource
+// ("pods/status" names a subresource) of group in all namespaces.
+func waitAllowedRule(t *testing.T, user, group, resource, verb string) {
+	t.Helper()
+	resource, subresource, _ := strings.Cut(resource, "/")
+	poll(t, fmt.Sprintf("the authorizer to let %s %s %s", user, verb, resource), func() bool {
+		sar, err := kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User: user, ResourceAttributes: &authzv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Subresource: subresource},
+		}}, metav1.CreateOptions{})
+		return err == nil && sar.Status.Allowed
+	})
 }
 
 func kindOrder(u *unstructured.Unstructured) int {

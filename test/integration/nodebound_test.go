@@ -201,6 +201,28 @@ func TestNodeBoundIssuance(t *testing.T) {
 		t.Errorf("a request of the driver naming no node: %v, want the policy's refusal", err)
 	}
 
+	// Fields the policy reads that a request or its user may lack get its answer, not a CEL
+	// error (dry runs: admission runs, nothing is stored).
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	bare := &cmapi.CertificateRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "bare-", Namespace: appNS},
+		Spec:       cmapi.CertificateRequestSpec{Request: []byte("not a CSR"), IssuerRef: cmmeta.IssuerReference{Name: "test-ca"}},
+	}
+	// The driver's request with no annotations and no labels: it names no node.
+	if _, err := asDriverB.CertmanagerV1().CertificateRequests(appNS).Create(ctx, bare, dryRun); err == nil || !strings.Contains(err.Error(), `names node ""`) || celError(err) {
+		t.Errorf("a request of the driver with no annotations or labels: %v, want the policy's refusal", err)
+	}
+	// Anyone else's request with no annotations and no labels is not the policy's business.
+	if _, err := cm.CertmanagerV1().CertificateRequests(appNS).Create(ctx, bare, dryRun); err != nil {
+		t.Errorf("an administrator's request with no annotations or labels: %v, want it admitted", err)
+	}
+	// The driver's account impersonated: a user without extra, so no token bound to a pod.
+	impersonated := cmclient.NewForConfigOrDie(impersonating("system:serviceaccount:" + driverNS + ":csi-driver"))
+	if _, err := impersonated.CertmanagerV1().CertificateRequests(appNS).Create(ctx, forged, dryRun); err == nil ||
+		!strings.Contains(err.Error(), "must create requests with a token bound to its pod on a node") || celError(err) {
+		t.Errorf("the driver's account without extra: %v, want the policy's refusal", err)
+	}
+
 	startAs := func(name string, client cmclient.Interface, more func(*manager.Options)) *node {
 		return startNode(t, nodeConfig{baseDir: t.TempDir(), namespace: appNS, managerOpts: func(o *manager.Options) {
 			o.NodeID, o.Client = name, client

@@ -190,6 +190,7 @@ func TestPodConditionAndItsAdmissionPolicy(t *testing.T) {
 		"a condition of another type":       condition("example.com/other", corev1.ConditionTrue),
 		"the pod's IP":                      {"podIP": "10.9.9.9"},
 		"the phase":                         {"phase": "Failed"},
+		"a status field the pod lacks":      {"message": "set by the driver"},
 		"its condition and kubelet's Ready": {"conditions": []corev1.PodCondition{{Type: certificateReady, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	} {
 		err := patchStatus(asDriver, appA, change)
@@ -197,6 +198,29 @@ func TestPodConditionAndItsAdmissionPolicy(t *testing.T) {
 			t.Errorf("%s on its own node: %v, want the policy's refusal", name, err)
 		}
 	}
+	// Fields the policy reads that a request or a pod may lack get its answer, not a CEL error:
+	// the driver's account impersonated (a user without extra, so no node) is refused as not
+	// bound to the pod's node; a pod with no conditions, labels or annotations yet gets the
+	// driver's condition.
+	impersonated := kubernetes.NewForConfigOrDie(impersonating(username))
+	err = patchStatus(impersonated, appA, condition(certificateReady, corev1.ConditionTrue))
+	if err == nil || !strings.Contains(err.Error(), "only change pods on the node its token is bound to") || celError(err) {
+		t.Errorf("the driver's account without extra: %v, want the policy's refusal", err)
+	}
+	bare, err := kube.CoreV1().Pods(appNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "bare"},
+		Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bare.Status.Conditions) != 0 || len(bare.Labels) != 0 || len(bare.Annotations) != 0 {
+		t.Fatalf("the bare pod has conditions, labels or annotations: %+v", bare)
+	}
+	if err := patchStatus(asDriver, bare, condition(certificateReady, corev1.ConditionTrue)); err != nil {
+		t.Errorf("the driver's condition on a pod without conditions, labels or annotations: %v", err)
+	}
+
 	// Without the policy's binding to its account, an administrator is not limited.
 	if err := patchStatus(kube, appB, condition("example.com/other", corev1.ConditionTrue)); err != nil {
 		t.Fatalf("an administrator's change: %v", err)
@@ -231,6 +255,20 @@ func TestPodConditionAndItsAdmissionPolicy(t *testing.T) {
 	}
 }
 
+// impersonating is the administrator's configuration acting as user, with no groups beyond
+// those the apiserver adds and no extra.
+func impersonating(user string) *rest.Config {
+	cfg := rest.CopyConfig(restConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return cfg
+}
+
+// celError reports whether an admission policy's refusal is an expression that failed to
+// evaluate rather than its answer.
+func celError(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "resulted in error") || strings.Contains(err.Error(), "no such key"))
+}
+
 func findCondition(pod *corev1.Pod, typ corev1.PodConditionType) *corev1.PodCondition {
 	for i := range pod.Status.Conditions {
 		if pod.Status.Conditions[i].Type == typ {
@@ -240,11 +278,16 @@ func findCondition(pod *corev1.Pod, typ corev1.PodConditionType) *corev1.PodCond
 	return nil
 }
 
-// TestDocsShowThePolicy: the policy docs/events-and-readiness.md shows is the file the test above applies.
+// TestDocsShowThePolicy: the policy docs/events-and-readiness.md shows is the file the test
+// above applies, less its license header (the comment block before the first blank line).
 func TestDocsShowThePolicy(t *testing.T) {
-	policy, err := os.ReadFile("../../examples/deploy/pod-condition-policy.yaml")
+	raw, err := os.ReadFile("../../examples/deploy/pod-condition-policy.yaml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	header, policy, found := strings.Cut(string(raw), "\n\n")
+	if !found || !strings.HasPrefix(header, "# Copyright ") {
+		t.Fatalf("examples/deploy/pod-condition-policy.yaml does not open with its license header: %q", header)
 	}
 	readme, err := os.ReadFile("../../docs/events-and-readiness.md")
 	if err != nil {

@@ -115,7 +115,7 @@ type Config struct {
 	// DataRoot is the volumes' base directory; a tmpfs is mounted at <DataRoot>/inmemfs unless
 	// PlainDirectory. Empty: the working directory.
 	DataRoot string
-	// CSISocket is the path of the CSI socket the driver serves on.
+	// CSISocket is the path of the CSI socket the driver serves on (--endpoint unix://<path>).
 	CSISocket string
 	// PluginsRegistry is kubelet's plugins_registry directory: the driver serves its
 	// registration socket there, so kubelet registers it without node-driver-registrar. Empty:
