@@ -19,6 +19,7 @@ package manager
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -27,7 +28,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/internal/certs"
-	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 )
 
@@ -96,25 +96,18 @@ func newBoard(o Options, log logr.Logger, table *volumeTable, nodeHash string, n
 	}
 }
 
-// stateGauge returns what sets the certmanager_csi_volumes gauge from the volume table's counts
-// (which the table passes under its lock whenever they change); it does nothing unless the gauge
-// is enabled.
-func stateGauge(m *metrics.Metrics, nodeHash string) func(counts map[string]int) {
-	return func(counts map[string]int) {
-		if !m.VolumeStateGaugeEnabled() {
-			return
-		}
-		copied := make(map[string]int, len(metrics.VolumeStates))
-		for k, n := range counts {
-			copied[k] = n
-		}
-		m.SetVolumeStates(nodeHash, copied)
+// countsChanged sets the certmanager_csi_volumes gauge from the volume table's counts, if the
+// gauge is enabled.
+func (b *board) countsChanged(counts map[string]int) {
+	if !b.metrics.VolumeStateGaugeEnabled() {
+		return
 	}
+	b.metrics.SetVolumeStates(b.nodeHash, maps.Clone(counts))
 }
 
-// forget stops showing a volume the table is removing: its share of its pod's condition and
+// removed stops showing a volume the table has removed: its share of its pod's condition and
 // its timers. The table's lock and the volume's are held.
-func (b *board) forget(v *volume, shown *shownVolume) {
+func (b *board) removed(v *volume, shown *shownVolume) {
 	if b.conditions != nil {
 		if ref := v.podRefLocked(); ref != nil {
 			b.conditions.removeVolume(ref, v.id)
@@ -130,19 +123,9 @@ func (b *board) stopWatches(vols []*volume) {
 	}
 }
 
-// noteMetadata learns from the volume's metadata whether it has a certificate.
-func (b *board) noteMetadata(v *volume, meta metadata.Metadata) {
-	b.table.update(v, func(s *shownVolume) {
-		if hasCertificate(meta) {
-			s.status.hasCertificate = true
-		}
-		b.showConditionLocked(v, s)
-	})
-}
-
-// showConditionLocked tells the pod conditions what the volume contributes now. The table's
-// lock and the volume's are held.
-func (b *board) showConditionLocked(v *volume, s *shownVolume) {
+// shown tells the pod conditions what the volume contributes now. The table's lock and the
+// volume's are held.
+func (b *board) shown(v *volume, s *shownVolume) {
 	if b.conditions == nil {
 		return
 	}
@@ -258,7 +241,6 @@ func (b *board) certificateWritten(v *volume, namespace, name string, chain []by
 			w.gatePendingSince, w.gateEventSent = time.Time{}, false
 		}
 		s.status = volumeStatus{hasCertificate: true}
-		b.showConditionLocked(v, s)
 	})
 	if first {
 		b.recordEvent(v, corev1.EventTypeNormal, EventReasonCertificateIssued,
@@ -275,7 +257,6 @@ func (b *board) certificateWritten(v *volume, namespace, name string, chain []by
 func (b *board) attemptFailed(v *volume, err error, next string) {
 	b.table.update(v, func(s *shownVolume) {
 		s.status.last = outcomeFailed
-		b.showConditionLocked(v, s)
 	})
 	reason := EventReasonCertificateRequestFailed
 	if errors.Is(err, ErrPermissionDenied) {
@@ -292,7 +273,6 @@ func (b *board) gatePending(v *volume, reason string) {
 	send := false
 	b.table.update(v, func(s *shownVolume) {
 		s.status.last = outcomeGatePending
-		b.showConditionLocked(v, s)
 		if w := b.watch(s); w != nil {
 			if w.gatePendingSince.IsZero() {
 				w.gatePendingSince = now
@@ -326,7 +306,6 @@ func (b *board) watchCertificate(v *volume, renewAt time.Time) {
 		if notAfter = b.notAfterOf(v.id); notAfter.IsZero() {
 			b.table.update(v, func(s *shownVolume) {
 				b.watch(s).expiryUnknown = true
-				b.showConditionLocked(v, s)
 			})
 			return
 		}
@@ -338,7 +317,6 @@ func (b *board) watchCertificate(v *volume, renewAt time.Time) {
 		}
 		if w.notAfter.IsZero() {
 			w.notAfter = notAfter
-			b.showConditionLocked(v, s)
 		}
 		stopWatch(w)
 		w.renewAt = renewAt
@@ -350,19 +328,15 @@ func (b *board) watchCertificate(v *volume, renewAt time.Time) {
 			afterFunc(b.clock, w.notAfter.Sub(now), func() { b.certificateExpired(v, gen) }))
 		if b.conditions != nil {
 			invalidAt := w.notAfter.Add(-b.conditions.margin)
-			w.stops = append(w.stops, afterFunc(b.clock, invalidAt.Sub(now), func() { b.certificateInvalid(v, gen) }))
+			w.stops = append(w.stops, afterFunc(b.clock, invalidAt.Sub(now), func() { b.certificateInvalid(v) }))
 		}
 	})
 }
 
 // certificateInvalid fires when a certificate enters the pod condition's expiry margin: the
-// volume's pod is shown again.
-func (b *board) certificateInvalid(v *volume, gen uint64) {
-	b.table.update(v, func(s *shownVolume) {
-		if s.watch != nil && s.watch.generation == gen {
-			b.showConditionLocked(v, s)
-		}
-	})
+// volume is shown again, which its pod's condition learns.
+func (b *board) certificateInvalid(v *volume) {
+	b.table.update(v, func(*shownVolume) {})
 }
 
 // watch returns the volume's certificate watch, made on first use; nil when the board does not
@@ -415,7 +389,6 @@ func (b *board) certificateDeadlinePassed(v *volume, gen uint64, flag func(*volu
 		}
 		notAfter, passed = s.watch.notAfter, true
 		*flag(&s.status) = true
-		b.showConditionLocked(v, s)
 	})
 	if passed {
 		b.recordEvent(v, corev1.EventTypeWarning, reason, format, append(args, notAfter.UTC().Format(time.RFC3339))...)

@@ -30,7 +30,7 @@ import (
 // volume is due, makes an attempt, and waits again by the outcome's class, on its own backoffs.
 type loop struct {
 	iss      *issuer
-	reg      registrations
+	table    *volumeTable
 	schedule loopSchedule
 	v        *volume
 	tr       *tracked // the loop goroutine's registration with Stop
@@ -52,17 +52,9 @@ func loopScheduleOf(o Options) loopSchedule {
 	return loopSchedule{renewal: *o.RenewalBackoffConfig, gate: *o.GateBackoffConfig, gatePoll: o.GatePollInterval}
 }
 
-// registrations is what a loop needs of the manager's volume table: to note what a volume's
-// metadata says (its pod, whether it has a certificate), and to drop a volume whose metadata is
-// gone (false if it was no longer registered).
-type registrations interface {
-	noteMetadata(v *volume, meta metadata.Metadata)
-	unregister(v *volume) bool
-}
-
 // runLoop runs a volume's loop; the loop's state lives on the goroutine's stack.
-func runLoop(iss *issuer, reg registrations, schedule loopSchedule, v *volume, tr *tracked, known *metadata.Metadata) {
-	l := loop{iss: iss, reg: reg, schedule: schedule, v: v, tr: tr, renewal: schedule.renewal, gate: schedule.gate}
+func runLoop(iss *issuer, table *volumeTable, schedule loopSchedule, v *volume, tr *tracked, known *metadata.Metadata) {
+	l := loop{iss: iss, table: table, schedule: schedule, v: v, tr: tr, renewal: schedule.renewal, gate: schedule.gate}
 	l.run(known)
 }
 
@@ -77,12 +69,12 @@ func (l *loop) run(known *metadata.Metadata) {
 		if known != nil {
 			meta, known = *known, nil
 		} else if meta, err = iss.store.ReadMetadata(v.id); err == nil {
-			l.reg.noteMetadata(v, meta)
+			l.table.note(v, meta)
 		}
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
 			v.logger(iss.log).Info("Volume metadata is gone; no longer managing the volume")
-			l.reg.unregister(v)
+			l.table.remove(v)
 			v.ctx.cancel()
 			return
 		case err != nil:

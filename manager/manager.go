@@ -96,8 +96,9 @@ func NewManager(opts Options) (*Manager, error) {
 		conditions = newPodConditions(opts.PodCondition, opts.Clock, log, m.PodTerminating)
 		go conditions.run()
 	}
-	m.table = newVolumeTable(stateGauge(opts.Metrics, nodeHash))
+	m.table = newVolumeTable()
 	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.newestNotAfter, conditions)
+	m.table.observer = m.board
 	m.startAccessCheck(requiredAccess(opts, ownCreates))
 	if err := m.requests.start(m.life.ctx); errors.Is(err, ErrPermissionDenied) {
 		// Never a reason not to start: publishes answer PermissionDenied until it is granted.
@@ -168,8 +169,7 @@ func (m *Manager) resumeMountedVolumes() {
 			m.log.V(2).Info("Not resuming volume whose publish never succeeded", "volume_id", id)
 			continue
 		}
-		if v := m.register(id, true); v != nil {
-			m.noteMetadata(v, meta)
+		if v := m.register(id, &meta, true); v != nil {
 			m.startLoop(v, &meta)
 			resumed++
 		}
@@ -195,37 +195,16 @@ func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister 
 }
 
 // register adds a volume to the managed set, counted in its state, without starting its loop,
-// and keeps its metric series (a retirement pending for the ID is cancelled); resumed says it
-// comes from stored state at start-up. It returns nil if the volume is already managed or the
-// manager is stopped.
-func (m *Manager) register(id string, resumed bool) *volume {
+// and keeps its metric series (a retirement pending for the ID is cancelled); meta, if not nil,
+// is the volume's metadata (see volumeTable.note), and resumed says it comes from stored state at
+// start-up. It returns nil if the volume is already managed or the manager is stopped.
+func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *volume {
 	v := newVolume(id, m.opts.Clock.Now(), resumed)
-	if !m.table.add(v) {
+	if !m.table.add(v, meta) {
 		return nil
 	}
 	m.series.keep(id)
 	return v
-}
-
-// noteMetadata records what the manager learns from a volume's metadata: its pod (for
-// RequeuePod and the log) and, on the board, its pod (for events) and whether it has a
-// certificate (for its state).
-func (m *Manager) noteMetadata(v *volume, meta metadata.Metadata) {
-	m.table.setPod(v, podOf(meta))
-	m.board.noteMetadata(v, meta)
-}
-
-// podOf is the pod a volume's metadata names; nil when it names no pod UID.
-func podOf(meta metadata.Metadata) *volumePod {
-	uid := types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])
-	if uid == "" {
-		return nil
-	}
-	return &volumePod{
-		uid:       uid,
-		namespace: meta.VolumeContext[metadata.PodNamespaceVolumeContextKey],
-		name:      meta.VolumeContext[metadata.PodNameVolumeContextKey],
-	}
 }
 
 // startLoop starts the volume's renewal loop once. If known is non-nil it is the volume's
@@ -238,14 +217,14 @@ func (m *Manager) startLoop(v *volume, known *metadata.Metadata) {
 	if tr == nil {
 		return
 	}
-	go runLoop(&m.issuer, m, m.schedule, v, tr, known)
+	go runLoop(&m.issuer, m.table, m.schedule, v, tr, known)
 }
 
 // ManageVolume starts managing a volume in the background: its loop issues a certificate when
 // due. It reports true only if this call registered the volume; false if it was already managed
 // or the manager is stopped. It reads nothing and never blocks.
 func (m *Manager) ManageVolume(volumeID string) (managed bool) {
-	v := m.register(volumeID, false)
+	v := m.register(volumeID, nil, false)
 	if v == nil {
 		return false
 	}
@@ -262,7 +241,7 @@ func (m *Manager) ManageVolume(volumeID string) (managed bool) {
 //     a closed readiness gate gives an error matching ErrNotReadyToRequest;
 //   - otherwise the loop starts: (true, nil).
 func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (managed bool, err error) {
-	v := m.register(volumeID, false)
+	v := m.register(volumeID, nil, false)
 	if v == nil {
 		if m.table.isStopped() {
 			return false, errStopped
@@ -273,6 +252,7 @@ func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (m
 	if err != nil {
 		return true, fmt.Errorf("reading metadata: %w", err)
 	}
+	m.table.note(v, meta)
 	return true, m.issueFirst(ctx, v, meta, false)
 }
 
@@ -296,13 +276,12 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 		}
 		m.log.Info("Volume not ready to request a certificate; the background loop will issue it", "volume_id", meta.VolumeID,
 			"pod", meta.VolumeContext[metadata.PodNameVolumeContextKey], "namespace", meta.VolumeContext[metadata.PodNamespaceVolumeContextKey], "reason", reason)
-		if v := m.register(meta.VolumeID, false); v != nil {
-			m.noteMetadata(v, meta)
+		if v := m.register(meta.VolumeID, &meta, false); v != nil {
 			m.startLoop(v, &meta)
 		}
 		return nil
 	}
-	v := m.register(meta.VolumeID, false)
+	v := m.register(meta.VolumeID, &meta, false)
 	if v == nil {
 		if m.table.isStopped() {
 			return errStopped
@@ -312,11 +291,10 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 	return m.issueFirst(ctx, v, meta, true)
 }
 
-// issueFirst notes a just-registered volume's metadata and, if it has no certificate, makes one
-// attempt on the caller's goroutine (gateOpen: the caller asked the gate already), then starts
+// issueFirst makes one attempt on the caller's goroutine for a just-registered volume whose
+// metadata says it has no certificate (gateOpen: the caller asked the gate already), then starts
 // the loop, unless the attempt failed.
 func (m *Manager) issueFirst(ctx context.Context, v *volume, meta metadata.Metadata, gateOpen bool) error {
-	m.noteMetadata(v, meta)
 	if hasCertificate(meta) {
 		m.startLoop(v, &meta)
 		return nil
@@ -336,17 +314,11 @@ func (m *Manager) issueFirst(ctx context.Context, v *volume, meta metadata.Metad
 // does nothing.
 func (m *Manager) UnmanageVolume(volumeID string) {
 	v := m.table.get(volumeID)
-	if v == nil || !m.unregister(v) {
+	if v == nil || !m.table.remove(v) {
 		return
 	}
 	v.ctx.cancel()
 	v.fence()
-}
-
-// unregister removes v from the managed set and from the board (its state count, its pod's
-// condition and its certificate timers). It reports false if v was no longer registered.
-func (m *Manager) unregister(v *volume) bool {
-	return m.table.remove(v, m.board.forget)
 }
 
 // DeleteVolumeMetricSeries deletes a volume's per-volume metric series at once.

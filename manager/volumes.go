@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,7 +30,9 @@ import (
 // volumeTable is the set of managed volumes and what is shown of each, under one lock: a
 // volume's registration, its place under its pod, its state and the count of volumes in each
 // state change together, so registering and unregistering are single steps and nothing shown
-// outlives, or precedes, a registration.
+// outlives, or precedes, a registration. Every change to what is shown of a volume goes through
+// changeLocked, which keeps the counts and tells the observer (the board): that is the one
+// place a volume's state moves.
 //
 // The table's lock guards the table; a volume's own lock guards the volume, and the table takes
 // it after its own.
@@ -43,23 +46,33 @@ type volumeTable struct {
 	// terminating holds the pods known to be terminating, with when that was learned; their
 	// volumes make no attempt. Entries go after terminatingMemory.
 	terminating map[types.UID]time.Time
-	// showCounts is told the counts after every change, under the lock; it must not keep them.
-	showCounts func(counts map[string]int)
+	// observer is told of every change, under the table's lock and the volume's.
+	observer tableObserver
 }
 
-func newVolumeTable(showCounts func(counts map[string]int)) *volumeTable {
+// tableObserver is what the table tells of its changes, under its lock and the volume's; it
+// must not keep counts, nor take the table's lock.
+type tableObserver interface {
+	// countsChanged: the number of volumes in some state changed.
+	countsChanged(counts map[string]int)
+	// shown: what is shown of a registered volume may have changed.
+	shown(v *volume, s *shownVolume)
+	// removed: the volume is no longer registered.
+	removed(v *volume, s *shownVolume)
+}
+
+func newVolumeTable() *volumeTable {
 	return &volumeTable{
 		byID:        make(map[string]*volume),
 		byPod:       make(map[types.UID][]string),
 		terminating: make(map[types.UID]time.Time),
 		counts:      make(map[string]int),
-		showCounts:  showCounts,
 	}
 }
 
-// add registers v and counts it in its state; false if its ID is already registered or the
-// table is stopped.
-func (t *volumeTable) add(v *volume) bool {
+// add registers v, counts it in its state and, if meta is not nil, notes what the volume's
+// metadata says (see note); false if its ID is already registered or the table is stopped.
+func (t *volumeTable) add(v *volume, meta *metadata.Metadata) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped || t.byID[v.id] != nil {
@@ -67,16 +80,19 @@ func (t *volumeTable) add(v *volume) bool {
 	}
 	t.byID[v.id] = v
 	v.mu.Lock()
+	defer v.mu.Unlock()
 	t.counts[v.shown.status.state()]++
-	v.mu.Unlock()
-	t.showCounts(t.counts)
+	t.observer.countsChanged(t.counts)
+	if meta != nil {
+		t.noteLocked(v, *meta)
+	}
 	return true
 }
 
-// remove unregisters v, takes it off the counts and hands its shown state to forget, under the
-// table's lock and v's, so a volume registered again under the same ID is never touched by it.
-// It reports false, and runs nothing, if v is not, or no longer, registered.
-func (t *volumeTable) remove(v *volume, forget func(v *volume, s *shownVolume)) bool {
+// remove unregisters v, takes it off the counts and tells the observer, under the table's lock
+// and v's, so a volume registered again under the same ID is never touched by it. It reports
+// false, and does nothing, if v is not, or no longer, registered.
+func (t *volumeTable) remove(v *volume) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byID[v.id] != v {
@@ -87,14 +103,13 @@ func (t *volumeTable) remove(v *volume, forget func(v *volume, s *shownVolume)) 
 	defer v.mu.Unlock()
 	t.dropPodLocked(v)
 	t.counts[v.shown.status.state()]--
-	t.showCounts(t.counts)
-	forget(v, &v.shown)
+	t.observer.countsChanged(t.counts)
+	t.observer.removed(v, &v.shown)
 	return true
 }
 
-// update runs change on a registered volume's shown state under the table's lock and the
-// volume's, and keeps the counts in step with the state it leaves. It reports false, and runs
-// nothing, if v is not registered.
+// update runs change on a registered volume's shown state (see changeLocked). It reports false,
+// and runs nothing, if v is not registered.
 func (t *volumeTable) update(v *volume, change func(s *shownVolume)) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -103,21 +118,28 @@ func (t *volumeTable) update(v *volume, change func(s *shownVolume)) bool {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	t.changeLocked(v, change)
+	return true
+}
+
+// changeLocked runs change on v's shown state, keeps the counts in step with the state it
+// leaves, and tells the observer. The table's lock and v's are held.
+func (t *volumeTable) changeLocked(v *volume, change func(s *shownVolume)) {
 	before := v.shown.status.state()
 	change(&v.shown)
 	if after := v.shown.status.state(); after != before {
 		t.counts[before]--
 		t.counts[after]++
-		t.showCounts(t.counts)
+		t.observer.countsChanged(t.counts)
 	}
-	return true
+	t.observer.shown(v, &v.shown)
 }
 
-// showAllCounts tells showCounts the counts as they are.
+// showAllCounts tells the observer the counts as they are.
 func (t *volumeTable) showAllCounts() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.showCounts(t.counts)
+	t.observer.countsChanged(t.counts)
 }
 
 // get returns the registered volume with the ID, or nil.
@@ -127,28 +149,49 @@ func (t *volumeTable) get(id string) *volume {
 	return t.byID[id]
 }
 
-// setPod files a registered volume under its pod's UID and records the pod (nil: none named).
-// It reports whether the pod's UID changed.
-func (t *volumeTable) setPod(v *volume, pod *volumePod) bool {
+// note records what a registered volume's metadata says: its pod (filed under the pod's UID,
+// for RequeuePod and PodTerminating; a volume of a pod known to be terminating is marked so)
+// and whether it has a certificate.
+func (t *volumeTable) note(v *volume, meta metadata.Metadata) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byID[v.id] != v {
-		return false
+		return
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if podUID(v.pod) == podUID(pod) {
-		return false
-	}
-	t.dropPodLocked(v)
-	v.pod = pod
-	if uid := podUID(pod); uid != "" {
-		t.byPod[uid] = append(t.byPod[uid], v.id)
-		if _, ok := t.terminating[uid]; ok {
-			v.podTerminatesLocked()
+	t.noteLocked(v, meta)
+}
+
+func (t *volumeTable) noteLocked(v *volume, meta metadata.Metadata) {
+	if pod := podOf(meta); podUID(v.pod) != podUID(pod) {
+		t.dropPodLocked(v)
+		v.pod = pod
+		if uid := podUID(pod); uid != "" {
+			t.byPod[uid] = append(t.byPod[uid], v.id)
+			if _, ok := t.terminating[uid]; ok {
+				v.podTerminatesLocked()
+			}
 		}
 	}
-	return true
+	t.changeLocked(v, func(s *shownVolume) {
+		if hasCertificate(meta) {
+			s.status.hasCertificate = true
+		}
+	})
+}
+
+// podOf is the pod a volume's metadata names; nil when it names no pod UID.
+func podOf(meta metadata.Metadata) *volumePod {
+	uid := types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])
+	if uid == "" {
+		return nil
+	}
+	return &volumePod{
+		uid:       uid,
+		namespace: meta.VolumeContext[metadata.PodNamespaceVolumeContextKey],
+		name:      meta.VolumeContext[metadata.PodNameVolumeContextKey],
+	}
 }
 
 func podUID(p *volumePod) types.UID {
