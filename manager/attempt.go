@@ -87,11 +87,11 @@ func driverFuncsOf(o Options, ownCreates bool) driverFuncs {
 	}
 }
 
-// attempt is one issuance attempt of one volume, from the loop or for a caller
+// issueAttempt is one issuance attempt of one volume, from the loop or for a caller
 // (ManageVolumeImmediate, a publish).
-type attempt struct {
+type issueAttempt struct {
 	iss *issuer
-	v   *volume
+	v   *managedVolume
 	// known is the volume's metadata if the caller read it just before the attempt (a caller
 	// whose volume has no loop yet, so nothing wrote since); nil: the attempt reads it (the loop,
 	// whose own read may predate a wait for the volume's attempt slot).
@@ -109,7 +109,7 @@ type attempt struct {
 // callDriver runs a driver-supplied function. It returns errStopped if the manager stopped
 // while the function ran: the attempt must then return without doing anything more. A caller's
 // attempt runs it directly: Stop does not wait for the caller's goroutine.
-func (a *attempt) callDriver(f func()) error {
+func (a *issueAttempt) callDriver(f func()) error {
 	if a.tr == nil {
 		f()
 		return nil
@@ -138,7 +138,7 @@ func (a *attempt) callDriver(f func()) error {
 // Steps 1 and 3 read the volume's requests from the informer's cache. A delete that finds a
 // request already gone shows the cache is stale; the requests are then read from the apiserver,
 // and the step goes on with those.
-func (a *attempt) issue(ctx context.Context) error {
+func (a *issueAttempt) issue(ctx context.Context) error {
 	iss, v := a.iss, a.v
 	log := v.logger(iss.log)
 	if v.is(flagTerminating) {
@@ -299,7 +299,7 @@ func (a *attempt) issue(ctx context.Context) error {
 // volume's requests as the step goes on with them: rest, or, when the delete showed the cache
 // stale, the requests the apiserver holds (fromAPIServer is then true; a request already gone in
 // the apiserver's own answer was deleted meanwhile, and rest stands).
-func (a *attempt) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi.CertificateRequest, rest []*cmapi.CertificateRequest, fromAPIServer bool) ([]*cmapi.CertificateRequest, bool, error) {
+func (a *issueAttempt) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi.CertificateRequest, rest []*cmapi.CertificateRequest, fromAPIServer bool) ([]*cmapi.CertificateRequest, bool, error) {
 	iss := a.iss
 	err := iss.requests.delete(ctx, req)
 	if err != nil && !errors.Is(err, errStaleCache) {
@@ -320,14 +320,14 @@ func (a *attempt) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi
 
 // holdUntilSeen holds the request as sent with its key (pendingKeys.holdUnseen) until the
 // informer's cache shows it (seenIfCached covers an event that came before this call).
-func (a *attempt) holdUntilSeen(reqKey string, sent *cmapi.CertificateRequest, created bool) {
+func (a *issueAttempt) holdUntilSeen(reqKey string, sent *cmapi.CertificateRequest, created bool) {
 	a.iss.keys.holdUnseen(reqKey, sent, created)
 	a.seenIfCached(reqKey)
 }
 
 // seenIfCached tells the pending keys that the request is seen if the informer's cache shows
 // it.
-func (a *attempt) seenIfCached(reqKey string) {
+func (a *issueAttempt) seenIfCached(reqKey string) {
 	if a.iss.requests.exists(reqKey) {
 		a.iss.keys.seen(reqKey)
 	}
@@ -338,7 +338,7 @@ func (a *attempt) seenIfCached(reqKey string) {
 // created and has been deleted since (its key is forgotten, and the attempt goes on to a new
 // request); an error if its outcome is still unknown (it stays held for the next attempt) or it
 // can never be settled (its key is forgotten).
-func (a *attempt) settle(ctx context.Context, log logr.Logger, meta metadata.Metadata, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
+func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadata.Metadata, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
 	iss := a.iss
 	var client cmclient.Interface
 	var driverErr error
@@ -370,7 +370,7 @@ func (a *attempt) settle(ctx context.Context, log logr.Logger, meta metadata.Met
 // waitAndWrite waits for a submitted request (read: as last read, see requests.wait) to finish,
 // then hands the key pair to WriteKeypair (unless the volume was unmanaged meanwhile), forgets
 // the key and shows the new certificate on the board.
-func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, read *cmapi.CertificateRequest, key any) error {
+func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, read *cmapi.CertificateRequest, key any) error {
 	iss, v := a.iss, a.v
 	namespace, name := read.Namespace, read.Name
 	reqKey := requestKey(namespace, name)
@@ -421,12 +421,12 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, read
 // meta is the volume's metadata as the caller just read it; gateOpen says the caller asked the
 // gate already. Every error it returns counts as an issuance error, the gate's refusal and the
 // caller's deadline included.
-func (iss *issuer) issueForCaller(ctx context.Context, v *volume, meta metadata.Metadata, gateOpen bool) error {
+func (iss *issuer) issueForCaller(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
 	drainRequeue(v)
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(&v.ctx, func() { cancel(errStopped) })
 	v.attemptStarted(cancel)
-	err := (&attempt{iss: iss, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
+	err := (&issueAttempt{iss: iss, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
 	v.attemptDone()
 	err = podTerminatedAttempt(ctx, err)
 	stop()
@@ -445,7 +445,7 @@ func podTerminatedAttempt(ctx context.Context, err error) error {
 }
 
 // drainRequeue drops a Requeue that arrived before an attempt: the attempt answers it.
-func drainRequeue(v *volume) {
+func drainRequeue(v *managedVolume) {
 	select {
 	case <-v.requeue:
 	default:
@@ -454,7 +454,7 @@ func drainRequeue(v *volume) {
 
 // admit waits for the attempt's admission (see admission), pausing a background attempt's
 // deadline meanwhile. The returned release frees the slot; call it when the attempt is over.
-func (a *attempt) admit(ctx context.Context) (release func(), err error) {
+func (a *issueAttempt) admit(ctx context.Context) (release func(), err error) {
 	iss := a.iss
 	if release, ok := iss.admission.tryAcquire(); ok {
 		return release, nil
@@ -477,7 +477,7 @@ func (a *attempt) admit(ctx context.Context) (release func(), err error) {
 // attemptContext derives a background attempt's context: it ends with the volume, after
 // issueTimeout on the injected clock, or when end is called with a cause. The returned cancel
 // stops the timer synchronously, so a fake clock shows no stray waiter once the attempt is over.
-func attemptContext(clk clock.Clock, v *volume) (ctx context.Context, d *attemptDeadline, end context.CancelCauseFunc, cancel func()) {
+func attemptContext(clk clock.Clock, v *managedVolume) (ctx context.Context, d *attemptDeadline, end context.CancelCauseFunc, cancel func()) {
 	ctx, end = context.WithCancelCause(&v.ctx)
 	d = &attemptDeadline{clock: clk, cancel: end}
 	d.restart()

@@ -107,7 +107,7 @@ func (b *board) countsChanged(counts map[string]int) {
 
 // removed stops showing a volume the table has removed: its share of its pod's condition and
 // its timers. The table's lock and the volume's are held.
-func (b *board) removed(v *volume, shown *shownVolume) {
+func (b *board) removed(v *managedVolume, shown *shownVolume) {
 	if b.conditions != nil {
 		if ref := v.podRefLocked(); ref != nil {
 			b.conditions.removeVolume(ref, v.id)
@@ -117,7 +117,7 @@ func (b *board) removed(v *volume, shown *shownVolume) {
 }
 
 // stopWatches stops the volumes' timers; their counts stay.
-func (b *board) stopWatches(vols []*volume) {
+func (b *board) stopWatches(vols []*managedVolume) {
 	for _, v := range vols {
 		b.table.update(v, func(s *shownVolume) { stopWatch(s.watch) })
 	}
@@ -125,7 +125,7 @@ func (b *board) stopWatches(vols []*volume) {
 
 // shown tells the pod conditions what the volume contributes now. The table's lock and the
 // volume's are held.
-func (b *board) shown(v *volume, s *shownVolume) {
+func (b *board) shown(v *managedVolume, s *shownVolume) {
 	if b.conditions == nil {
 		return
 	}
@@ -164,7 +164,7 @@ func (b *board) validityLocked(shown *shownVolume) volumeValidity {
 
 // recordEvent records an event on the volume's Pod, if there is a recorder and a Pod. Messages
 // are built from the manager's own texts: never a key, a token or a CSR.
-func (b *board) recordEvent(v *volume, eventType, reason, format string, args ...any) {
+func (b *board) recordEvent(v *managedVolume, eventType, reason, format string, args ...any) {
 	if b.recorder == nil {
 		return
 	}
@@ -176,7 +176,7 @@ func (b *board) recordEvent(v *volume, eventType, reason, format string, args ..
 }
 
 // attemptStarted counts an issuance attempt of the volume.
-func (b *board) attemptStarted(v *volume) {
+func (b *board) attemptStarted(v *managedVolume) {
 	b.metrics.IncrementIssueCallCountTotal(b.nodeHash, v.id)
 }
 
@@ -185,7 +185,7 @@ func (b *board) attemptStarted(v *volume) {
 // whose caller sees it as one. next is when the loop attempts again (unused for a caller's
 // attempt: kubelet retries the publish). A failure of a volume unmanaged meanwhile is logged and
 // counted but not shown.
-func (b *board) attemptEnded(v *volume, err error, forCaller bool, next time.Duration) {
+func (b *board) attemptEnded(v *managedVolume, err error, forCaller bool, next time.Duration) {
 	log := v.logger(b.log)
 	switch {
 	case err == nil:
@@ -225,7 +225,7 @@ func gateReason(err error) string {
 // certificateWritten shows a written key pair: the volume's status, the certificate's expiry
 // for the watch, the Issued or Renewed event and, for a first certificate, the time since the
 // volume was registered.
-func (b *board) certificateWritten(v *volume, namespace, name string, chain []byte, first bool) {
+func (b *board) certificateWritten(v *managedVolume, namespace, name string, chain []byte, first bool) {
 	if first {
 		b.metrics.ObservePublishToFirstCertificate(b.nodeHash, b.clock.Since(v.managedAt))
 	}
@@ -254,7 +254,7 @@ func (b *board) certificateWritten(v *volume, namespace, name string, chain []by
 
 // attemptFailed shows a failed attempt: the status, and a CertificateRequestFailed event
 // saying when the next attempt is due.
-func (b *board) attemptFailed(v *volume, err error, next string) {
+func (b *board) attemptFailed(v *managedVolume, err error, next string) {
 	b.table.update(v, func(s *shownVolume) {
 		s.status.last = outcomeFailed
 	})
@@ -267,7 +267,7 @@ func (b *board) attemptFailed(v *volume, err error, next string) {
 
 // gatePending shows that the gate said "not yet", and records the ReadinessGatePending event
 // once the gate has said so for GatePendingEventAfter.
-func (b *board) gatePending(v *volume, reason string) {
+func (b *board) gatePending(v *managedVolume, reason string) {
 	now := b.clock.Now()
 	var since time.Duration
 	send := false
@@ -293,7 +293,7 @@ func (b *board) gatePending(v *volume, reason string) {
 // watchCertificate arms the overdue and expiry timers for the volume's certificate, due for
 // renewal at renewAt, unless they are armed for it already or nobody listens. A volume resumed
 // after a restart learns its certificate's expiry from notAfterOf.
-func (b *board) watchCertificate(v *volume, renewAt time.Time) {
+func (b *board) watchCertificate(v *managedVolume, renewAt time.Time) {
 	if !b.watching {
 		return
 	}
@@ -335,7 +335,7 @@ func (b *board) watchCertificate(v *volume, renewAt time.Time) {
 
 // certificateInvalid fires when a certificate enters the pod condition's expiry margin: the
 // volume is shown again, which its pod's condition learns.
-func (b *board) certificateInvalid(v *volume) {
+func (b *board) certificateInvalid(v *managedVolume) {
 	b.table.update(v, func(*shownVolume) {})
 }
 
@@ -364,7 +364,7 @@ func stopWatch(w *certificateWatch) {
 }
 
 // certificateOverdue fires when a certificate is past its renewal time by the margin.
-func (b *board) certificateOverdue(v *volume, gen uint64, renewAt time.Time) {
+func (b *board) certificateOverdue(v *managedVolume, gen uint64, renewAt time.Time) {
 	b.certificateDeadlinePassed(v, gen, func(s *volumeStatus) *bool { return &s.overdue },
 		EventReasonCertificateRenewalOverdue,
 		"Certificate renewal is overdue: it was due at %s and has not succeeded; the certificate expires at %s",
@@ -372,7 +372,7 @@ func (b *board) certificateOverdue(v *volume, gen uint64, renewAt time.Time) {
 }
 
 // certificateExpired fires when a certificate is past its NotAfter.
-func (b *board) certificateExpired(v *volume, gen uint64) {
+func (b *board) certificateExpired(v *managedVolume, gen uint64) {
 	b.certificateDeadlinePassed(v, gen, func(s *volumeStatus) *bool { return &s.expired },
 		EventReasonCertificateExpired, "The certificate in the volume expired at %s and has not been renewed")
 }
@@ -380,7 +380,7 @@ func (b *board) certificateExpired(v *volume, gen uint64) {
 // certificateDeadlinePassed sets the status flag that flag selects and records a Warning
 // event, whose format ends with the certificate's expiry; it does nothing if the volume is
 // gone, its certificate was replaced since the timer was armed (gen), or the flag is set.
-func (b *board) certificateDeadlinePassed(v *volume, gen uint64, flag func(*volumeStatus) *bool, reason, format string, args ...any) {
+func (b *board) certificateDeadlinePassed(v *managedVolume, gen uint64, flag func(*volumeStatus) *bool, reason, format string, args ...any) {
 	var notAfter time.Time
 	passed := false
 	b.table.update(v, func(s *shownVolume) {

@@ -383,7 +383,7 @@ func defaultNextIssuanceTime(chain []byte) (time.Time, error) {
 }
 
 // armedTimers is how many overdue and expiry timers the volume has.
-func (b *board) armedTimers(v *volume) int {
+func (b *board) armedTimers(v *managedVolume) int {
 	n := 0
 	b.table.update(v, func(s *shownVolume) {
 		if s.watch != nil {

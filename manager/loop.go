@@ -32,7 +32,7 @@ type loop struct {
 	iss      *issuer
 	table    *volumeTable
 	schedule loopSchedule
-	v        *volume
+	v        *managedVolume
 	tr       *tracked // the loop goroutine's registration with Stop
 	// renewal and gate are working copies of the scheduled backoffs; resetting one copies its
 	// template again.
@@ -53,7 +53,7 @@ func loopScheduleOf(o Options) loopSchedule {
 }
 
 // runLoop runs a volume's loop; the loop's state lives on the goroutine's stack.
-func runLoop(iss *issuer, table *volumeTable, schedule loopSchedule, v *volume, tr *tracked, known *metadata.Metadata) {
+func runLoop(iss *issuer, table *volumeTable, schedule loopSchedule, v *managedVolume, tr *tracked, known *metadata.Metadata) {
 	l := loop{iss: iss, table: table, schedule: schedule, v: v, tr: tr, renewal: schedule.renewal, gate: schedule.gate}
 	l.run(known)
 }
@@ -220,7 +220,7 @@ func (l *loop) issue() error {
 	drainRequeue(v)
 	ctx, deadline, end, cancel := attemptContext(l.iss.clock, v)
 	v.attemptStarted(end)
-	err := (&attempt{iss: l.iss, v: v, tr: l.tr, deadline: deadline}).issue(ctx)
+	err := (&issueAttempt{iss: l.iss, v: v, tr: l.tr, deadline: deadline}).issue(ctx)
 	v.attemptDone()
 	err = podTerminatedAttempt(ctx, err)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that

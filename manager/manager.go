@@ -198,7 +198,7 @@ func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister 
 // and keeps its metric series (a retirement pending for the ID is cancelled); meta, if not nil,
 // is the volume's metadata (see volumeTable.note), and resumed says it comes from stored state at
 // start-up. It returns nil if the volume is already managed or the manager is stopped.
-func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *volume {
+func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *managedVolume {
 	v := newVolume(id, m.opts.Clock.Now(), resumed)
 	if !m.table.add(v, meta) {
 		return nil
@@ -209,7 +209,7 @@ func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *vo
 
 // startLoop starts the volume's renewal loop once. If known is non-nil it is the volume's
 // metadata, just read, which saves the loop its first read.
-func (m *Manager) startLoop(v *volume, known *metadata.Metadata) {
+func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
 	if !m.table.markLoopStarted(v) {
 		return
 	}
@@ -294,7 +294,7 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 // issueFirst makes one attempt on the caller's goroutine for a just-registered volume whose
 // metadata says it has no certificate (gateOpen: the caller asked the gate already), then starts
 // the loop, unless the attempt failed.
-func (m *Manager) issueFirst(ctx context.Context, v *volume, meta metadata.Metadata, gateOpen bool) error {
+func (m *Manager) issueFirst(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
 	if hasCertificate(meta) {
 		m.startLoop(v, &meta)
 		return nil

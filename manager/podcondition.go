@@ -34,42 +34,6 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// PodCondition makes the Manager keep a condition on the status of every pod with volumes it
-// manages: True while each of the pod's volumes of this driver holds a certificate that is not
-// past its NotAfter less ExpiryMargin, False otherwise. Listed in a pod's spec.readinessGates,
-// it keeps the pod out of Service endpoints until its certificates are written, and takes it out
-// again before one expires (during a signer outage, for example). A renewal that keeps a valid certificate
-// changes nothing; a failing renewal of a certificate that is still valid keeps it True.
-//
-// The condition is written with a strategic-merge patch of pods/status that touches only this
-// condition (kubelet keeps conditions of readiness-gate types it does not own), and only when
-// the pod's state changes; a pod that has no such condition yet is not given a False one for a
-// certificate that is simply not issued yet (the readiness gate holds it back already), so a pod
-// whose certificate is issued normally costs one write and no read. Writes go through a
-// rate-limited queue with retries, never block issuance, and stop when the pod is gone or its
-// volumes are unpublished. After a restart the condition is recomputed from the stored state,
-// with one read of each pod and no write when it already matches.
-//
-// The driver's account needs get on pods (to read a pod's conditions after a restart or a
-// failed patch) and patch on pods/status; see docs/events-and-readiness.md for a
-// ValidatingAdmissionPolicy that limits the patches to this condition on pods of its own node.
-type PodCondition struct {
-	// Type is the condition type, a qualified name chosen by the driver, such as
-	// "csi.example.com/certificate-ready". Required.
-	Type corev1.PodConditionType
-	// Client reads pods and patches their status, for example a clientset's CoreV1(). Required.
-	Client corev1client.PodsGetter
-	// ExpiryMargin is how long before its NotAfter a certificate stops counting as valid, so
-	// that the pod leaves its Services' endpoints before the certificate expires rather than
-	// just after: the condition's change takes tens of milliseconds to reach kubelet's Ready,
-	// more on a busy node. Default (zero): DefaultPodConditionExpiryMargin. Negative is an
-	// error.
-	ExpiryMargin time.Duration
-}
-
-// DefaultPodConditionExpiryMargin is the default PodCondition.ExpiryMargin.
-const DefaultPodConditionExpiryMargin = 2 * time.Second
-
 // Reasons of the pod condition (PodCondition). The message names the volume.
 const (
 	// PodConditionReasonValid (True): every volume holds a valid certificate.

@@ -39,7 +39,7 @@ import (
 type volumeTable struct {
 	mu      sync.Mutex
 	stopped bool
-	byID    map[string]*volume
+	byID    map[string]*managedVolume
 	// byPod holds the IDs of each pod's volumes: a slice, as a pod rarely has more than one.
 	byPod  map[types.UID][]string
 	counts map[string]int // registered volumes by state
@@ -56,14 +56,14 @@ type tableObserver interface {
 	// countsChanged: the number of volumes in some state changed.
 	countsChanged(counts map[string]int)
 	// shown: what is shown of a registered volume may have changed.
-	shown(v *volume, s *shownVolume)
+	shown(v *managedVolume, s *shownVolume)
 	// removed: the volume is no longer registered.
-	removed(v *volume, s *shownVolume)
+	removed(v *managedVolume, s *shownVolume)
 }
 
 func newVolumeTable() *volumeTable {
 	return &volumeTable{
-		byID:        make(map[string]*volume),
+		byID:        make(map[string]*managedVolume),
 		byPod:       make(map[types.UID][]string),
 		terminating: make(map[types.UID]time.Time),
 		counts:      make(map[string]int),
@@ -72,7 +72,7 @@ func newVolumeTable() *volumeTable {
 
 // add registers v, counts it in its state and, if meta is not nil, notes what the volume's
 // metadata says (see note); false if its ID is already registered or the table is stopped.
-func (t *volumeTable) add(v *volume, meta *metadata.Metadata) bool {
+func (t *volumeTable) add(v *managedVolume, meta *metadata.Metadata) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped || t.byID[v.id] != nil {
@@ -92,7 +92,7 @@ func (t *volumeTable) add(v *volume, meta *metadata.Metadata) bool {
 // remove unregisters v, takes it off the counts and tells the observer, under the table's lock
 // and v's, so a volume registered again under the same ID is never touched by it. It reports
 // false, and does nothing, if v is not, or no longer, registered.
-func (t *volumeTable) remove(v *volume) bool {
+func (t *volumeTable) remove(v *managedVolume) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byID[v.id] != v {
@@ -110,7 +110,7 @@ func (t *volumeTable) remove(v *volume) bool {
 
 // update runs change on a registered volume's shown state (see changeLocked). It reports false,
 // and runs nothing, if v is not registered.
-func (t *volumeTable) update(v *volume, change func(s *shownVolume)) bool {
+func (t *volumeTable) update(v *managedVolume, change func(s *shownVolume)) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byID[v.id] != v {
@@ -124,7 +124,7 @@ func (t *volumeTable) update(v *volume, change func(s *shownVolume)) bool {
 
 // changeLocked runs change on v's shown state, keeps the counts in step with the state it
 // leaves, and tells the observer. The table's lock and v's are held.
-func (t *volumeTable) changeLocked(v *volume, change func(s *shownVolume)) {
+func (t *volumeTable) changeLocked(v *managedVolume, change func(s *shownVolume)) {
 	before := v.shown.status.state()
 	change(&v.shown)
 	if after := v.shown.status.state(); after != before {
@@ -143,7 +143,7 @@ func (t *volumeTable) showAllCounts() {
 }
 
 // get returns the registered volume with the ID, or nil.
-func (t *volumeTable) get(id string) *volume {
+func (t *volumeTable) get(id string) *managedVolume {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.byID[id]
@@ -152,7 +152,7 @@ func (t *volumeTable) get(id string) *volume {
 // note records what a registered volume's metadata says: its pod (filed under the pod's UID,
 // for RequeuePod and PodTerminating; a volume of a pod known to be terminating is marked so)
 // and whether it has a certificate.
-func (t *volumeTable) note(v *volume, meta metadata.Metadata) {
+func (t *volumeTable) note(v *managedVolume, meta metadata.Metadata) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byID[v.id] != v {
@@ -163,7 +163,7 @@ func (t *volumeTable) note(v *volume, meta metadata.Metadata) {
 	t.noteLocked(v, meta)
 }
 
-func (t *volumeTable) noteLocked(v *volume, meta metadata.Metadata) {
+func (t *volumeTable) noteLocked(v *managedVolume, meta metadata.Metadata) {
 	if pod := podOf(meta); podUID(v.pod) != podUID(pod) {
 		t.dropPodLocked(v)
 		v.pod = pod
@@ -226,7 +226,7 @@ func (t *volumeTable) podTerminates(uid types.UID, now time.Time) int {
 }
 
 // dropPodLocked takes v out of its pod's list; the table's lock and v's are held.
-func (t *volumeTable) dropPodLocked(v *volume) {
+func (t *volumeTable) dropPodLocked(v *managedVolume) {
 	uid := podUID(v.pod)
 	ids := t.byPod[uid]
 	for i, id := range ids {
@@ -251,7 +251,7 @@ func (t *volumeTable) podVolumes(uid types.UID) []string {
 
 // markLoopStarted records that v's loop starts; false if it has started already, v is no
 // longer registered or the table is stopped.
-func (t *volumeTable) markLoopStarted(v *volume) bool {
+func (t *volumeTable) markLoopStarted(v *managedVolume) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped || t.byID[v.id] != v {
@@ -273,18 +273,18 @@ func (t *volumeTable) isStopped() bool {
 }
 
 // stop refuses further registrations and returns the registered volumes, which stay registered.
-func (t *volumeTable) stop() []*volume {
+func (t *volumeTable) stop() []*managedVolume {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.stopped = true
-	vols := make([]*volume, 0, len(t.byID))
+	vols := make([]*managedVolume, 0, len(t.byID))
 	for _, v := range t.byID {
 		vols = append(vols, v)
 	}
 	return vols
 }
 
-// volume is the manager's state for one registration of a volume: from ManageVolume (or a
+// managedVolume is the manager's state for one registration of a volume: from ManageVolume (or a
 // publish, or the resumption at start-up) to UnmanageVolume, Stop or the loss of its metadata.
 //
 // The volume owns its state and guards all of it with mu; what other owners need of it they ask
@@ -292,7 +292,7 @@ func (t *volumeTable) stop() []*volume {
 // volume under its pod, marks its loop started or changes what the board shows of it (the
 // shown state and the table's counts change together); nothing holding mu takes another lock of
 // the manager's, except the pod conditions' from the board while it shows a volume.
-type volume struct {
+type managedVolume struct {
 	id        string
 	managedAt time.Time
 	// ctx ends with the registration; the contexts of its attempts derive from it. It is a
@@ -409,8 +409,8 @@ type certificateWatch struct {
 	gateEventSent    bool
 }
 
-func newVolume(id string, now time.Time, resumed bool) *volume {
-	v := &volume{id: id, managedAt: now, requeue: make(chan struct{}, 1)}
+func newVolume(id string, now time.Time, resumed bool) *managedVolume {
+	v := &managedVolume{id: id, managedAt: now, requeue: make(chan struct{}, 1)}
 	if resumed {
 		v.flags = flagResumed
 	}
@@ -419,7 +419,7 @@ func newVolume(id string, now time.Time, resumed bool) *volume {
 }
 
 // is reports whether every flag of f is set.
-func (v *volume) is(f volumeFlags) bool {
+func (v *managedVolume) is(f volumeFlags) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.flags&f == f
@@ -427,13 +427,13 @@ func (v *volume) is(f volumeFlags) bool {
 
 // attemptStarted records the attempt starting, with the cancel that ends it; attemptDone
 // clears it.
-func (v *volume) attemptStarted(end context.CancelCauseFunc) {
+func (v *managedVolume) attemptStarted(end context.CancelCauseFunc) {
 	v.mu.Lock()
 	v.inFlight = &attemptInFlight{end: end}
 	v.mu.Unlock()
 }
 
-func (v *volume) attemptDone() {
+func (v *managedVolume) attemptDone() {
 	v.mu.Lock()
 	v.inFlight = nil
 	v.mu.Unlock()
@@ -441,13 +441,13 @@ func (v *volume) attemptDone() {
 
 // podTerminates marks the volume's pod terminating and ends the attempt in flight, if any, with
 // ErrPodTerminating.
-func (v *volume) podTerminates() {
+func (v *managedVolume) podTerminates() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.podTerminatesLocked()
 }
 
-func (v *volume) podTerminatesLocked() {
+func (v *managedVolume) podTerminatesLocked() {
 	v.flags |= flagTerminating
 	if v.inFlight != nil {
 		v.inFlight.end(ErrPodTerminating)
@@ -456,7 +456,7 @@ func (v *volume) podTerminatesLocked() {
 
 // writeStarts reports whether the attempt in flight may call WriteKeypair: false once the
 // volume is fenced. Until writeEnded, fence waits for the write.
-func (v *volume) writeStarts() bool {
+func (v *managedVolume) writeStarts() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.flags&flagFenced != 0 {
@@ -471,7 +471,7 @@ func (v *volume) writeStarts() bool {
 
 // writeEnded records the end of a WriteKeypair that writeStarts allowed, and, if it wrote, the
 // key pair written.
-func (v *volume) writeEnded(written *keypairWrite) {
+func (v *managedVolume) writeEnded(written *keypairWrite) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if written != nil {
@@ -485,7 +485,7 @@ func (v *volume) writeEnded(written *keypairWrite) {
 
 // fence makes sure nothing writes for this registration any more: it waits for a WriteKeypair
 // already running, and no other starts.
-func (v *volume) fence() {
+func (v *managedVolume) fence() {
 	v.mu.Lock()
 	v.flags |= flagFenced
 	var writing chan struct{}
@@ -499,25 +499,25 @@ func (v *volume) fence() {
 }
 
 // lastWritten is the last key pair written for this registration; nil before the first.
-func (v *volume) lastWritten() *keypairWrite {
+func (v *managedVolume) lastWritten() *keypairWrite {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.lastWrite
 }
 
 // podRef is the reference to the volume's pod, for Events; nil while not fully known.
-func (v *volume) podRef() *corev1.ObjectReference {
+func (v *managedVolume) podRef() *corev1.ObjectReference {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.podRefLocked()
 }
 
-func (v *volume) podRefLocked() *corev1.ObjectReference {
+func (v *managedVolume) podRefLocked() *corev1.ObjectReference {
 	return v.pod.ref()
 }
 
 // logger is log with the volume's ID and, once known, its pod's name.
-func (v *volume) logger(log logr.Logger) logr.Logger {
+func (v *managedVolume) logger(log logr.Logger) logr.Logger {
 	v.mu.Lock()
 	pod := v.pod
 	v.mu.Unlock()
