@@ -240,7 +240,7 @@ func (b *board) certificateWritten(v *managedVolume, namespace, name string, cha
 			stopWatch(w)
 			w.gatePendingSince, w.gateEventSent = time.Time{}, false
 		}
-		s.status = volumeStatus{hasCertificate: true}
+		s.status.apply(eventWritten)
 	})
 	if first {
 		b.recordEvent(v, corev1.EventTypeNormal, EventReasonCertificateIssued,
@@ -256,7 +256,7 @@ func (b *board) certificateWritten(v *managedVolume, namespace, name string, cha
 // saying when the next attempt is due.
 func (b *board) attemptFailed(v *managedVolume, err error, next string) {
 	b.table.update(v, func(s *shownVolume) {
-		s.status.last = outcomeFailed
+		s.status.apply(eventFailed)
 	})
 	reason := EventReasonCertificateRequestFailed
 	if errors.Is(err, ErrPermissionDenied) {
@@ -272,7 +272,7 @@ func (b *board) gatePending(v *managedVolume, reason string) {
 	var since time.Duration
 	send := false
 	b.table.update(v, func(s *shownVolume) {
-		s.status.last = outcomeGatePending
+		s.status.apply(eventGatePending)
 		if w := b.watch(s); w != nil {
 			if w.gatePendingSince.IsZero() {
 				w.gatePendingSince = now
@@ -365,7 +365,7 @@ func stopWatch(w *certificateWatch) {
 
 // certificateOverdue fires when a certificate is past its renewal time by the margin.
 func (b *board) certificateOverdue(v *managedVolume, gen uint64, renewAt time.Time) {
-	b.certificateDeadlinePassed(v, gen, func(s *volumeStatus) *bool { return &s.overdue },
+	b.certificateDeadlinePassed(v, gen, eventOverdue,
 		EventReasonCertificateRenewalOverdue,
 		"Certificate renewal is overdue: it was due at %s and has not succeeded; the certificate expires at %s",
 		renewAt.UTC().Format(time.RFC3339))
@@ -373,22 +373,22 @@ func (b *board) certificateOverdue(v *managedVolume, gen uint64, renewAt time.Ti
 
 // certificateExpired fires when a certificate is past its NotAfter.
 func (b *board) certificateExpired(v *managedVolume, gen uint64) {
-	b.certificateDeadlinePassed(v, gen, func(s *volumeStatus) *bool { return &s.expired },
+	b.certificateDeadlinePassed(v, gen, eventExpired,
 		EventReasonCertificateExpired, "The certificate in the volume expired at %s and has not been renewed")
 }
 
-// certificateDeadlinePassed sets the status flag that flag selects and records a Warning
-// event, whose format ends with the certificate's expiry; it does nothing if the volume is
-// gone, its certificate was replaced since the timer was armed (gen), or the flag is set.
-func (b *board) certificateDeadlinePassed(v *managedVolume, gen uint64, flag func(*volumeStatus) *bool, reason, format string, args ...any) {
+// certificateDeadlinePassed applies ev (eventOverdue or eventExpired) to the volume's status
+// and records a Warning event, whose format ends with the certificate's expiry; it does nothing
+// if the volume is gone, its certificate was replaced since the timer was armed (gen), or the
+// status has passed that deadline already.
+func (b *board) certificateDeadlinePassed(v *managedVolume, gen uint64, ev volumeEvent, reason, format string, args ...any) {
 	var notAfter time.Time
 	passed := false
 	b.table.update(v, func(s *shownVolume) {
-		if s.watch == nil || s.watch.generation != gen || *flag(&s.status) {
+		if s.watch == nil || s.watch.generation != gen || !s.status.apply(ev) {
 			return
 		}
 		notAfter, passed = s.watch.notAfter, true
-		*flag(&s.status) = true
 	})
 	if passed {
 		b.recordEvent(v, corev1.EventTypeWarning, reason, format, append(args, notAfter.UTC().Format(time.RFC3339))...)

@@ -176,7 +176,7 @@ func (t *volumeTable) noteLocked(v *managedVolume, meta metadata.Metadata) {
 	}
 	t.changeLocked(v, func(s *shownVolume) {
 		if hasCertificate(meta) {
-			s.status.hasCertificate = true
+			s.status.apply(eventHasCertificate)
 		}
 	})
 }
@@ -369,11 +369,51 @@ const (
 	outcomeFailed
 )
 
-// volumeStatus is what a volume's state in certmanager_csi_volumes is derived from.
+// volumeStatus is what a volume's state in certmanager_csi_volumes is derived from. It changes
+// only through apply.
 type volumeStatus struct {
 	hasCertificate   bool
 	last             outcome
 	overdue, expired bool
+}
+
+// volumeEvent is what moves a volume's status (see the package documentation's diagram).
+type volumeEvent int
+
+const (
+	// eventHasCertificate: the volume's metadata records a certificate.
+	eventHasCertificate volumeEvent = iota
+	// eventWritten: a key pair was written; what was wrong before is over.
+	eventWritten
+	// eventGatePending: the readiness gate said "not yet".
+	eventGatePending
+	// eventFailed: an attempt failed with an issuance error.
+	eventFailed
+	// eventOverdue: the certificate is past its renewal point by the margin, not renewed.
+	eventOverdue
+	// eventExpired: the certificate is past its NotAfter, not renewed.
+	eventExpired
+)
+
+// apply moves the status by ev, and reports whether it changed: the one place where a volume's
+// status changes.
+func (s *volumeStatus) apply(ev volumeEvent) bool {
+	before := *s
+	switch ev {
+	case eventHasCertificate:
+		s.hasCertificate = true
+	case eventWritten:
+		*s = volumeStatus{hasCertificate: true}
+	case eventGatePending:
+		s.last = outcomeGatePending
+	case eventFailed:
+		s.last = outcomeFailed
+	case eventOverdue:
+		s.overdue = true
+	case eventExpired:
+		s.expired = true
+	}
+	return *s != before
 }
 
 // state names the volume's state (metrics.VolumeStates); the worst condition wins.

@@ -19,6 +19,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"math/rand"
 	"testing"
 	"time"
 )
@@ -78,5 +79,70 @@ func TestVolumeContext(t *testing.T) {
 	case <-late:
 	case <-time.After(pollTimeout):
 		t.Fatal("an AfterFunc registered after the end did not run")
+	}
+}
+
+// TestVolumeStatusFollowsItsModel drives volumeStatus.apply with random sequences of events
+// (fixed seeds) and compares the state after each with a reference model that reads the state
+// off the events' history: the worst condition since the last key pair written wins, and a
+// volume holds a certificate once its metadata or a write said so. apply must also report
+// exactly the events that changed the status.
+func TestVolumeStatusFollowsItsModel(t *testing.T) {
+	events := []volumeEvent{eventHasCertificate, eventWritten, eventGatePending, eventFailed, eventOverdue, eventExpired}
+	model := func(history []volumeEvent) string {
+		since := history
+		everCertificate := false
+		for i, ev := range history {
+			if ev == eventWritten {
+				since = history[i+1:]
+			}
+			everCertificate = everCertificate || ev == eventWritten || ev == eventHasCertificate
+		}
+		has := func(want volumeEvent) bool {
+			for _, ev := range since {
+				if ev == want {
+					return true
+				}
+			}
+			return false
+		}
+		lastOutcome := ""
+		for _, ev := range since {
+			switch ev {
+			case eventGatePending:
+				lastOutcome = "gate_pending"
+			case eventFailed:
+				lastOutcome = "failing"
+			}
+		}
+		switch {
+		case has(eventExpired):
+			return "expired"
+		case has(eventOverdue):
+			return "overdue"
+		case lastOutcome != "":
+			return lastOutcome
+		case everCertificate:
+			return "issued"
+		default:
+			return "pending"
+		}
+	}
+	for seed := int64(1); seed <= 200; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		var s volumeStatus
+		var history []volumeEvent
+		for step := 0; step < 40; step++ {
+			ev := events[rng.Intn(len(events))]
+			before := s
+			changed := s.apply(ev)
+			history = append(history, ev)
+			if changed != (s != before) {
+				t.Fatalf("seed %d step %d: apply(%d) reported changed=%v, status %+v -> %+v", seed, step, ev, changed, before, s)
+			}
+			if got, want := s.state(), model(history); got != want {
+				t.Fatalf("seed %d step %d: after %v the state is %q, the model says %q", seed, step, history, got, want)
+			}
+		}
 	}
 }
