@@ -20,72 +20,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/go-logr/logr"
-	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/metadata"
-	"github.com/cert-manager/csi-lib/storage"
 )
-
-// issueTimeout bounds one background issuance attempt, on the injected clock.
-const issueTimeout = 60 * time.Second
-
-// issuer makes issuance attempts. It is given what an attempt uses and nothing more: the
-// clock, the metadata store, the driver's functions and the limits on requests, the node's
-// requests, the pending keys and admission; it reports every outcome to the board. The Manager
-// embeds it; the loops share it.
-type issuer struct {
-	log    logr.Logger
-	clock  clock.Clock
-	store  storage.MetadataReader
-	driver driverFuncs
-	// maxRequestsPerVolume and jitter are Options.MaxRequestsPerVolume and RenewalJitter.
-	maxRequestsPerVolume int
-	jitter               float64
-
-	requests  *requests
-	keys      *pendingKeys
-	admission *admission
-	board     *board
-	// outage tells the loops when an apiserver they could not reach is back.
-	outage *outage
-}
-
-// driverFuncs are the driver's functions an attempt calls, every default filled in.
-type driverFuncs struct {
-	readyToRequest     ReadyToRequestFunc
-	generatePrivateKey GeneratePrivateKeyFunc
-	generateRequest    GenerateRequestFunc
-	signRequest        SignRequestFunc
-	clientForMetadata  ClientForMetadataFunc
-	writeKeypair       WriteKeypairFunc
-	// createAccount names the account of clientForMetadata's clients in a refusal's text:
-	// driverAccount by default, podAccount when the driver set ClientForMetadata.
-	createAccount string
-}
-
-// driverFuncsOf takes the driver's functions from the completed options; ownCreates says the
-// driver left ClientForMetadata unset, so that its own client creates the requests.
-func driverFuncsOf(o Options, ownCreates bool) driverFuncs {
-	createAccount := podAccount
-	if ownCreates {
-		createAccount = driverAccount
-	}
-	return driverFuncs{
-		createAccount:      createAccount,
-		readyToRequest:     o.ReadyToRequest,
-		generatePrivateKey: o.GeneratePrivateKey,
-		generateRequest:    o.GenerateRequest,
-		signRequest:        o.SignRequest,
-		clientForMetadata:  o.ClientForMetadata,
-		writeKeypair:       o.WriteKeypair,
-	}
-}
 
 // issueAttempt is one issuance attempt of one volume, from the loop or for a caller
 // (ManageVolumeImmediate, a publish).
@@ -415,43 +356,6 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 	return nil
 }
 
-// issueForCaller is ManageVolumeImmediate's and a publish's attempt: on the caller's goroutine,
-// under the caller's ctx (and the volume's). It runs before the volume's loop starts, so it never
-// overlaps another attempt of the volume.
-// meta is the volume's metadata as the caller just read it; gateOpen says the caller asked the
-// gate already. Every error it returns counts as an issuance error, the gate's refusal and the
-// caller's deadline included.
-func (iss *issuer) issueForCaller(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
-	drainRequeue(v)
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(&v.ctx, func() { cancel(errStopped) })
-	v.attemptStarted(cancel)
-	err := (&issueAttempt{iss: iss, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
-	v.attemptDone()
-	err = podTerminatedAttempt(ctx, err)
-	stop()
-	cancel(nil)
-	iss.board.attemptEnded(v, err, true, 0)
-	return err
-}
-
-// podTerminatedAttempt is an attempt's error, made to match ErrPodTerminating if the attempt was
-// ended because its pod terminates (the calls it was in may report only a cancelled context).
-func podTerminatedAttempt(ctx context.Context, err error) error {
-	if err != nil && !errors.Is(err, ErrPodTerminating) && errors.Is(context.Cause(ctx), ErrPodTerminating) {
-		return fmt.Errorf("%w: %v", ErrPodTerminating, err)
-	}
-	return err
-}
-
-// drainRequeue drops a Requeue that arrived before an attempt: the attempt answers it.
-func drainRequeue(v *managedVolume) {
-	select {
-	case <-v.requeue:
-	default:
-	}
-}
-
 // admit waits for the attempt's admission (see admission), pausing a background attempt's
 // deadline meanwhile. The returned release frees the slot; call it when the attempt is over.
 func (a *issueAttempt) admit(ctx context.Context) (release func(), err error) {
@@ -472,48 +376,4 @@ func (a *issueAttempt) admit(ctx context.Context) (release func(), err error) {
 	}
 	a.v.logger(a.iss.log).V(4).Info("Admitted to issuance")
 	return release, nil
-}
-
-// attemptContext derives a background attempt's context: it ends with the volume, after
-// issueTimeout on the injected clock, or when end is called with a cause. The returned cancel
-// stops the timer synchronously, so a fake clock shows no stray waiter once the attempt is over.
-func attemptContext(clk clock.Clock, v *managedVolume) (ctx context.Context, d *attemptDeadline, end context.CancelCauseFunc, cancel func()) {
-	ctx, end = context.WithCancelCause(&v.ctx)
-	d = &attemptDeadline{clock: clk, cancel: end}
-	d.restart()
-	return ctx, d, end, func() {
-		d.pause()
-		end(nil)
-	}
-}
-
-// attemptDeadline is a background attempt's issueTimeout timer. It is paused while the attempt
-// waits for admission, and restarted in full once the attempt is admitted.
-type attemptDeadline struct {
-	clock  clock.Clock
-	cancel context.CancelCauseFunc
-	mu     sync.Mutex
-	stop   func() bool
-}
-
-// pause stops the timer; it reports false if the deadline has already passed.
-func (d *attemptDeadline) pause() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stop == nil {
-		return true
-	}
-	ok := d.stop()
-	d.stop = nil
-	return ok
-}
-
-// restart arms the timer for a full issueTimeout from now.
-func (d *attemptDeadline) restart() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stop != nil {
-		d.stop()
-	}
-	d.stop = afterFunc(d.clock, issueTimeout, func() { d.cancel(errAttemptTimeout) })
 }

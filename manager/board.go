@@ -31,36 +31,6 @@ import (
 	"github.com/cert-manager/csi-lib/metrics"
 )
 
-// Reasons of the Kubernetes Events the manager records on a volume's Pod when
-// Options.EventRecorder is set. They are stable: alerts and dashboards may match on them.
-const (
-	// EventReasonCertificateIssued (Normal): a volume's first certificate was written, with the
-	// request's name and the time from publish to certificate.
-	EventReasonCertificateIssued = "CertificateIssued"
-	// EventReasonCertificateRenewed (Normal): a renewal was written, with the new expiry.
-	EventReasonCertificateRenewed = "CertificateRenewed"
-	// EventReasonCertificateRequestFailed (Warning): an attempt failed with an issuance error
-	// (denied, failed, invalid, timed out), with the reason and when the next attempt is due.
-	// One per failed attempt, so one per backoff step in a long outage.
-	EventReasonCertificateRequestFailed = "CertificateRequestFailed"
-	// EventReasonPermissionDenied (Warning): an attempt failed because the apiserver refused a
-	// call the library needs (ErrPermissionDenied), naming the verb, the resource and the
-	// account, and when the next attempt is due; otherwise as CertificateRequestFailed.
-	EventReasonPermissionDenied = "PermissionDenied"
-	// EventReasonReadinessGatePending (Normal): the readiness gate has said "not yet" for longer
-	// than GatePendingEventAfter, with the gate's reason; once per wait.
-	EventReasonReadinessGatePending = "ReadinessGatePending"
-	// EventReasonCertificateRenewalOverdue (Warning): the volume is past its renewal time by
-	// more than a quarter of the time from the renewal time to expiry, not yet renewed.
-	EventReasonCertificateRenewalOverdue = "CertificateRenewalOverdue"
-	// EventReasonCertificateExpired (Warning): the certificate in the volume is past NotAfter.
-	EventReasonCertificateExpired = "CertificateExpired"
-)
-
-// GatePendingEventAfter is how long the readiness gate must have said "not yet" before a
-// ReadinessGatePending event is recorded (at the first gate check after that).
-const GatePendingEventAfter = 10 * time.Second
-
 // board is what the manager shows of its volumes: each volume's state in the
 // certmanager_csi_volumes gauge, the Events on its Pod, its pod's condition, and the timers that
 // notice a certificate overdue or expired. The timers are armed only when someone listens
@@ -290,6 +260,11 @@ func (b *board) gatePending(v *managedVolume, reason string) {
 	}
 }
 
+// describeDelay says when an attempt is due, for event messages.
+func describeDelay(now time.Time, d time.Duration) string {
+	return fmt.Sprintf("in %s (at %s)", d.Round(time.Second), now.Add(d).UTC().Format(time.RFC3339))
+}
+
 // watchCertificate arms the overdue and expiry timers for the volume's certificate, due for
 // renewal at renewAt, unless they are armed for it already or nobody listens. A volume resumed
 // after a restart learns its certificate's expiry from notAfterOf.
@@ -351,18 +326,6 @@ func (b *board) watch(s *shownVolume) *certificateWatch {
 	return s.watch
 }
 
-// stopWatch stops a certificate watch's overdue and expiry timers; w may be nil.
-func stopWatch(w *certificateWatch) {
-	if w == nil {
-		return
-	}
-	for _, stop := range w.stops {
-		stop()
-	}
-	w.stops = nil
-	w.renewAt = time.Time{}
-}
-
 // certificateOverdue fires when a certificate is past its renewal time by the margin.
 func (b *board) certificateOverdue(v *managedVolume, gen uint64, renewAt time.Time) {
 	b.certificateDeadlinePassed(v, gen, eventOverdue,
@@ -393,9 +356,4 @@ func (b *board) certificateDeadlinePassed(v *managedVolume, gen uint64, ev volum
 	if passed {
 		b.recordEvent(v, corev1.EventTypeWarning, reason, format, append(args, notAfter.UTC().Format(time.RFC3339))...)
 	}
-}
-
-// describeDelay says when an attempt is due, for event messages.
-func describeDelay(now time.Time, d time.Duration) string {
-	return fmt.Sprintf("in %s (at %s)", d.Round(time.Second), now.Add(d).UTC().Format(time.RFC3339))
 }

@@ -230,3 +230,31 @@ func settledBy(err error) bool {
 	return code >= http.StatusBadRequest && code < http.StatusInternalServerError &&
 		code != http.StatusTooManyRequests && !apierrors.IsAlreadyExists(err)
 }
+
+// errStaleCache: the informer's cache showed a request the apiserver no longer has.
+var errStaleCache = errors.New("the informer's cache is stale")
+
+// delete deletes a request and forgets its creation order. A request already gone means the
+// cache that showed it is stale: the error matches errStaleCache.
+func (r *requests) delete(ctx context.Context, req *cmapi.CertificateRequest) error {
+	err := r.client.CertmanagerV1().CertificateRequests(req.Namespace).Delete(ctx, req.Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		r.noteCallFailed(err)
+		return fmt.Errorf("deleting stale CertificateRequest %s/%s: %w", req.Namespace, req.Name,
+			refusal(err, "delete", certificateRequestsResource, req.Namespace, driverAccount))
+	}
+	r.forgetOrder(requestKey(req.Namespace, req.Name))
+	if err != nil {
+		return fmt.Errorf("deleting stale CertificateRequest %s/%s: it was already gone: %w", req.Namespace, req.Name, errStaleCache)
+	}
+	return nil
+}
+
+// noteCreated records that this process created (or is creating) a request, after every other
+// it created.
+func (r *requests) noteCreated(reqKey string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.createdSeq++
+	r.created[reqKey] = r.createdSeq
+}

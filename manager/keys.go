@@ -83,10 +83,6 @@ type heldKey struct {
 // pendingKeyRequestHeader is the PEM header naming the request a persisted key belongs to.
 const pendingKeyRequestHeader = "CertificateRequest"
 
-// sweptKeyGrace is how long a kept key waits for its volume to be published again: more than
-// two of kubelet's longest retry intervals (about two minutes).
-const sweptKeyGrace = 5 * time.Minute
-
 func newPendingKeys(log logr.Logger, store storage.MetadataReader) *pendingKeys {
 	k := &pendingKeys{log: log, inMemory: make(map[string]heldKey), unseen: make(map[string]string), sweptFor: make(map[string]string)}
 	k.store, _ = store.(storage.PendingKeyStore)
@@ -322,6 +318,10 @@ func keyMatchesRequest(key crypto.Signer, req *cmapi.CertificateRequest) bool {
 	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
 	return ok && pub.Equal(csr.PublicKey)
 }
+
+// sweptKeyGrace is how long a kept key waits for its volume to be published again: more than
+// two of kubelet's longest retry intervals (about two minutes).
+const sweptKeyGrace = 5 * time.Minute
 
 // loadSwept learns which request each kept key belongs to and removes those whose request does
 // not exist (requestExists reads the synced informer) or that cannot be decoded. If any key is

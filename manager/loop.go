@@ -17,7 +17,9 @@ limitations under the License.
 package manager
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -230,4 +232,41 @@ func (l *loop) issue() error {
 		return errStopped
 	}
 	return err
+}
+
+// issueForCaller is ManageVolumeImmediate's and a publish's attempt: on the caller's goroutine,
+// under the caller's ctx (and the volume's). It runs before the volume's loop starts, so it never
+// overlaps another attempt of the volume.
+// meta is the volume's metadata as the caller just read it; gateOpen says the caller asked the
+// gate already. Every error it returns counts as an issuance error, the gate's refusal and the
+// caller's deadline included.
+func (iss *issuer) issueForCaller(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
+	drainRequeue(v)
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(&v.ctx, func() { cancel(errStopped) })
+	v.attemptStarted(cancel)
+	err := (&issueAttempt{iss: iss, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
+	v.attemptDone()
+	err = podTerminatedAttempt(ctx, err)
+	stop()
+	cancel(nil)
+	iss.board.attemptEnded(v, err, true, 0)
+	return err
+}
+
+// podTerminatedAttempt is an attempt's error, made to match ErrPodTerminating if the attempt was
+// ended because its pod terminates (the calls it was in may report only a cancelled context).
+func podTerminatedAttempt(ctx context.Context, err error) error {
+	if err != nil && !errors.Is(err, ErrPodTerminating) && errors.Is(context.Cause(ctx), ErrPodTerminating) {
+		return fmt.Errorf("%w: %v", ErrPodTerminating, err)
+	}
+	return err
+}
+
+// drainRequeue drops a Requeue that arrived before an attempt: the attempt answers it.
+func drainRequeue(v *managedVolume) {
+	select {
+	case <-v.requeue:
+	default:
+	}
 }

@@ -23,7 +23,6 @@ import (
 	"sync"
 	"time"
 
-	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	cmlisters "github.com/cert-manager/cert-manager/pkg/client/listers/certmanager/v1"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
@@ -99,7 +98,12 @@ func NewManager(opts Options) (*Manager, error) {
 	m.table = newVolumeTable()
 	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.newestNotAfter, conditions)
 	m.table.observer = m.board
-	m.startAccessCheck(requiredAccess(opts, ownCreates))
+	m.accessChecked = make(chan struct{})
+	if opts.DisableAccessCheck {
+		close(m.accessChecked)
+	} else {
+		startAccessCheck(m.life, opts.Client.Discovery().RESTClient(), requiredAccess(opts, ownCreates), log, m.accessChecked)
+	}
 	if err := m.requests.start(m.life.ctx); errors.Is(err, ErrPermissionDenied) {
 		// Never a reason not to start: publishes answer PermissionDenied until it is granted.
 		log.Error(err, "The CertificateRequest informer cannot sync; every issuance fails until the permission is granted")
@@ -112,35 +116,6 @@ func NewManager(opts Options) (*Manager, error) {
 	m.resumeMountedVolumes()
 	m.table.showAllCounts() // every state, zeros included, from the start
 	return m, nil
-}
-
-// startAccessCheck runs checkAccess for rules on a goroutine of the manager's life, so that
-// NewManager never waits for the apiserver's answers and Stop ends the check; with
-// Options.DisableAccessCheck it asks nothing.
-func (m *Manager) startAccessCheck(rules []accessRule) {
-	m.accessChecked = make(chan struct{})
-	tr := m.life.track()
-	if m.opts.DisableAccessCheck || tr == nil {
-		tr.done()
-		close(m.accessChecked)
-		return
-	}
-	go func() {
-		defer close(m.accessChecked)
-		defer tr.done()
-		checkAccess(m.life.ctx, m.opts.Client.Discovery().RESTClient(), rules, m.log)
-	}()
-}
-
-// apiserverProbe asks the apiserver for its version: the cheapest request every client may make.
-func apiserverProbe(client cmclient.Interface) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
-		if rc := client.Discovery().RESTClient(); rc != nil {
-			return rc.Get().AbsPath("/version").Do(ctx).Error()
-		}
-		_, err := client.Discovery().ServerVersion() // a fake clientset's discovery
-		return err
-	}
 }
 
 // NewManagerOrDie is NewManager that panics on error.

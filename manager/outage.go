@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/utils/clock"
@@ -117,5 +118,16 @@ func (o *outage) probeUntilBack(tr *tracked) {
 			o.mu.Unlock()
 			return
 		}
+	}
+}
+
+// apiserverProbe asks the apiserver for its version: the cheapest request every client may make.
+func apiserverProbe(client cmclient.Interface) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if rc := client.Discovery().RESTClient(); rc != nil {
+			return rc.Get().AbsPath("/version").Do(ctx).Error()
+		}
+		_, err := client.Discovery().ServerVersion() // a fake clientset's discovery
+		return err
 	}
 }

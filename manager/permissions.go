@@ -185,3 +185,19 @@ func selfAccessReview(ctx context.Context, rc rest.Interface, group, resource, v
 	}
 	return review.Status.Allowed, nil
 }
+
+// startAccessCheck runs checkAccess for rules on a goroutine of life, so that the manager never
+// waits for the apiserver's answers and Stop ends the check; it closes checked when the check
+// has ended (at once if life has ended).
+func startAccessCheck(life *lifetime, rc rest.Interface, rules []accessRule, log logr.Logger, checked chan<- struct{}) {
+	tr := life.track()
+	if tr == nil {
+		close(checked)
+		return
+	}
+	go func() {
+		defer close(checked)
+		defer tr.done()
+		checkAccess(life.ctx, rc, rules, log)
+	}()
+}

@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -28,7 +27,6 @@ import (
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	cmlisters "github.com/cert-manager/cert-manager/pkg/client/listers/certmanager/v1"
 	"golang.org/x/time/rate"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,8 +35,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/internal/api"
-	"github.com/cert-manager/csi-lib/internal/api/util"
-	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/internal/watchend"
 )
 
@@ -261,122 +257,6 @@ func requestKey(namespace, name string) string {
 	return namespace + "/" + name
 }
 
-// forVolume returns the volume's requests from the informer cache, oldest first by
-// CreationTimestamp, then by the order this process created them, then by name. It uses the
-// volume-hash index (no scan over the node's requests).
-func (r *requests) forVolume(volumeID string) ([]*cmapi.CertificateRequest, error) {
-	objs, err := r.informer.GetIndexer().ByIndex(volumeHashIndex, util.HashIdentifier(volumeID))
-	if err != nil {
-		return nil, fmt.Errorf("listing CertificateRequests of volume: %w", err)
-	}
-	reqs := make([]*cmapi.CertificateRequest, 0, len(objs))
-	for _, o := range objs {
-		if req, ok := o.(*cmapi.CertificateRequest); ok && req.DeletionTimestamp == nil {
-			reqs = append(reqs, req)
-		}
-	}
-	r.sortByCreation(reqs)
-	return reqs, nil
-}
-
-// sortByCreation orders requests oldest first by CreationTimestamp, then by the order this
-// process created them, then by name.
-func (r *requests) sortByCreation(reqs []*cmapi.CertificateRequest) {
-	r.mu.Lock()
-	seq := make(map[*cmapi.CertificateRequest]uint64, len(reqs))
-	for _, req := range reqs {
-		seq[req] = r.created[requestKey(req.Namespace, req.Name)]
-	}
-	r.mu.Unlock()
-	sort.Slice(reqs, func(i, j int) bool {
-		ti, tj := reqs[i].CreationTimestamp, reqs[j].CreationTimestamp
-		if !ti.Equal(&tj) {
-			return ti.Before(&tj)
-		}
-		if si, sj := seq[reqs[i]], seq[reqs[j]]; si != 0 && sj != 0 && si != sj {
-			return si < sj
-		}
-		return reqs[i].Name < reqs[j].Name
-	})
-}
-
-// exists reports whether the informer's cache holds the request.
-func (r *requests) exists(reqKey string) bool {
-	ns, name, err := cache.SplitMetaNamespaceKey(reqKey)
-	if err != nil || name == "" {
-		return false
-	}
-	_, err = r.lister.CertificateRequests(ns).Get(name)
-	return err == nil
-}
-
-// newestNotAfter is the expiry of the newest certificate issued for the volume, from the
-// informer's cache; zero if there is none.
-func (r *requests) newestNotAfter(volumeID string) time.Time {
-	reqs, err := r.forVolume(volumeID)
-	if err != nil {
-		return time.Time{}
-	}
-	for i := len(reqs) - 1; i >= 0; i-- {
-		if leaf, err := certs.ParseLeaf(reqs[i].Status.Certificate); err == nil {
-			return leaf.NotAfter
-		}
-	}
-	return time.Time{}
-}
-
-// errStaleCache: the informer's cache showed a request the apiserver no longer has.
-var errStaleCache = errors.New("the informer's cache is stale")
-
-// delete deletes a request and forgets its creation order. A request already gone means the
-// cache that showed it is stale: the error matches errStaleCache.
-func (r *requests) delete(ctx context.Context, req *cmapi.CertificateRequest) error {
-	err := r.client.CertmanagerV1().CertificateRequests(req.Namespace).Delete(ctx, req.Name, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		r.noteCallFailed(err)
-		return fmt.Errorf("deleting stale CertificateRequest %s/%s: %w", req.Namespace, req.Name,
-			refusal(err, "delete", certificateRequestsResource, req.Namespace, driverAccount))
-	}
-	r.forgetOrder(requestKey(req.Namespace, req.Name))
-	if err != nil {
-		return fmt.Errorf("deleting stale CertificateRequest %s/%s: it was already gone: %w", req.Namespace, req.Name, errStaleCache)
-	}
-	return nil
-}
-
-// forVolumeFromAPIServer returns the volume's requests as the apiserver holds them (a list of
-// this node's requests of this one volume, by their labels), ordered as forVolume orders them:
-// for when the informer's cache is known to be stale.
-func (r *requests) forVolumeFromAPIServer(ctx context.Context, volumeID string) ([]*cmapi.CertificateRequest, error) {
-	selector := labels.SelectorFromSet(labels.Set{
-		api.NodeIDHashLabelKey:   r.nodeHash,
-		api.VolumeIDHashLabelKey: util.HashIdentifier(volumeID),
-	}).String()
-	list, err := r.client.CertmanagerV1().CertificateRequests("").List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		r.noteCallFailed(err)
-		return nil, fmt.Errorf("listing CertificateRequests of volume from the apiserver: %w",
-			refusal(err, "list", certificateRequestsResource, "", driverAccount))
-	}
-	reqs := make([]*cmapi.CertificateRequest, 0, len(list.Items))
-	for i := range list.Items {
-		if list.Items[i].DeletionTimestamp == nil {
-			reqs = append(reqs, &list.Items[i])
-		}
-	}
-	r.sortByCreation(reqs)
-	return reqs, nil
-}
-
-// noteCreated records that this process created (or is creating) a request, after every other
-// it created.
-func (r *requests) noteCreated(reqKey string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.createdSeq++
-	r.created[reqKey] = r.createdSeq
-}
-
 func (r *requests) forgetOrder(reqKey string) {
 	r.mu.Lock()
 	delete(r.created, reqKey)
@@ -390,6 +270,27 @@ func (r *requests) noteCallFailed(err error) {
 	if unreachable(err) {
 		r.suspectWatch()
 	}
+}
+
+// changed is the informer's add and update handler: it calls seen and wakes the request's
+// waiters.
+func (r *requests) changed(obj any) {
+	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+		r.seen(key)
+		r.notify(key)
+	}
+}
+
+// gone is the informer's delete handler: it forgets the request's creation order, calls
+// deleted, and wakes the request's waiters.
+func (r *requests) gone(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	r.forgetOrder(key)
+	r.deleted(key)
+	r.notify(key)
 }
 
 // suspectWatch marks the informer's watch as suspect, and wakes every waiter so that it starts
@@ -418,40 +319,6 @@ func (r *requests) watchLive() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.watchSuspect = false
-}
-
-func (r *requests) isWatchSuspect() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.watchSuspect
-}
-
-// waiting reports how many requests are being waited for.
-func (r *requests) waiting() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.watchers)
-}
-
-// changed is the informer's add and update handler: it calls seen and wakes the request's
-// waiters.
-func (r *requests) changed(obj any) {
-	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
-		r.seen(key)
-		r.notify(key)
-	}
-}
-
-// gone is the informer's delete handler: it forgets the request's creation order, calls
-// deleted, and wakes the request's waiters.
-func (r *requests) gone(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		return
-	}
-	r.forgetOrder(key)
-	r.deleted(key)
-	r.notify(key)
 }
 
 // notify wakes the request's waiters.

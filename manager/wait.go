@@ -226,3 +226,16 @@ func condition(req *cmapi.CertificateRequest, t cmapi.CertificateRequestConditio
 	}
 	return nil
 }
+
+func (r *requests) isWatchSuspect() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.watchSuspect
+}
+
+// waiting reports how many requests are being waited for.
+func (r *requests) waiting() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.watchers)
+}

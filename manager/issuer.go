@@ -1,0 +1,75 @@
+/*
+Copyright 2026 The cert-manager Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+	http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+package manager
+
+import (
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	"github.com/cert-manager/csi-lib/storage"
+)
+
+// issuer makes issuance attempts. It is given what an attempt uses and nothing more: the
+// clock, the metadata store, the driver's functions and the limits on requests, the node's
+// requests, the pending keys and admission; it reports every outcome to the board. The Manager
+// embeds it; the loops share it.
+type issuer struct {
+	log    logr.Logger
+	clock  clock.Clock
+	store  storage.MetadataReader
+	driver driverFuncs
+	// maxRequestsPerVolume and jitter are Options.MaxRequestsPerVolume and RenewalJitter.
+	maxRequestsPerVolume int
+	jitter               float64
+
+	requests  *requests
+	keys      *pendingKeys
+	admission *admission
+	board     *board
+	// outage tells the loops when an apiserver they could not reach is back.
+	outage *outage
+}
+
+// driverFuncs are the driver's functions an attempt calls, every default filled in.
+type driverFuncs struct {
+	readyToRequest     ReadyToRequestFunc
+	generatePrivateKey GeneratePrivateKeyFunc
+	generateRequest    GenerateRequestFunc
+	signRequest        SignRequestFunc
+	clientForMetadata  ClientForMetadataFunc
+	writeKeypair       WriteKeypairFunc
+	// createAccount names the account of clientForMetadata's clients in a refusal's text:
+	// driverAccount by default, podAccount when the driver set ClientForMetadata.
+	createAccount string
+}
+
+// driverFuncsOf takes the driver's functions from the completed options; ownCreates says the
+// driver left ClientForMetadata unset, so that its own client creates the requests.
+func driverFuncsOf(o Options, ownCreates bool) driverFuncs {
+	createAccount := podAccount
+	if ownCreates {
+		createAccount = driverAccount
+	}
+	return driverFuncs{
+		createAccount:      createAccount,
+		readyToRequest:     o.ReadyToRequest,
+		generatePrivateKey: o.GeneratePrivateKey,
+		generateRequest:    o.GenerateRequest,
+		signRequest:        o.SignRequest,
+		clientForMetadata:  o.ClientForMetadata,
+		writeKeypair:       o.WriteKeypair,
+	}
+}

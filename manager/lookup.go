@@ -1,0 +1,120 @@
+/*
+Copyright 2026 The cert-manager Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+	http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+package manager
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/cert-manager/csi-lib/internal/api"
+	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/certs"
+)
+
+// forVolume returns the volume's requests from the informer cache, oldest first by
+// CreationTimestamp, then by the order this process created them, then by name. It uses the
+// volume-hash index (no scan over the node's requests).
+func (r *requests) forVolume(volumeID string) ([]*cmapi.CertificateRequest, error) {
+	objs, err := r.informer.GetIndexer().ByIndex(volumeHashIndex, util.HashIdentifier(volumeID))
+	if err != nil {
+		return nil, fmt.Errorf("listing CertificateRequests of volume: %w", err)
+	}
+	reqs := make([]*cmapi.CertificateRequest, 0, len(objs))
+	for _, o := range objs {
+		if req, ok := o.(*cmapi.CertificateRequest); ok && req.DeletionTimestamp == nil {
+			reqs = append(reqs, req)
+		}
+	}
+	r.sortByCreation(reqs)
+	return reqs, nil
+}
+
+// sortByCreation orders requests oldest first by CreationTimestamp, then by the order this
+// process created them, then by name.
+func (r *requests) sortByCreation(reqs []*cmapi.CertificateRequest) {
+	r.mu.Lock()
+	seq := make(map[*cmapi.CertificateRequest]uint64, len(reqs))
+	for _, req := range reqs {
+		seq[req] = r.created[requestKey(req.Namespace, req.Name)]
+	}
+	r.mu.Unlock()
+	sort.Slice(reqs, func(i, j int) bool {
+		ti, tj := reqs[i].CreationTimestamp, reqs[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		if si, sj := seq[reqs[i]], seq[reqs[j]]; si != 0 && sj != 0 && si != sj {
+			return si < sj
+		}
+		return reqs[i].Name < reqs[j].Name
+	})
+}
+
+// exists reports whether the informer's cache holds the request.
+func (r *requests) exists(reqKey string) bool {
+	ns, name, err := cache.SplitMetaNamespaceKey(reqKey)
+	if err != nil || name == "" {
+		return false
+	}
+	_, err = r.lister.CertificateRequests(ns).Get(name)
+	return err == nil
+}
+
+// newestNotAfter is the expiry of the newest certificate issued for the volume, from the
+// informer's cache; zero if there is none.
+func (r *requests) newestNotAfter(volumeID string) time.Time {
+	reqs, err := r.forVolume(volumeID)
+	if err != nil {
+		return time.Time{}
+	}
+	for i := len(reqs) - 1; i >= 0; i-- {
+		if leaf, err := certs.ParseLeaf(reqs[i].Status.Certificate); err == nil {
+			return leaf.NotAfter
+		}
+	}
+	return time.Time{}
+}
+
+// forVolumeFromAPIServer returns the volume's requests as the apiserver holds them (a list of
+// this node's requests of this one volume, by their labels), ordered as forVolume orders them:
+// for when the informer's cache is known to be stale.
+func (r *requests) forVolumeFromAPIServer(ctx context.Context, volumeID string) ([]*cmapi.CertificateRequest, error) {
+	selector := labels.SelectorFromSet(labels.Set{
+		api.NodeIDHashLabelKey:   r.nodeHash,
+		api.VolumeIDHashLabelKey: util.HashIdentifier(volumeID),
+	}).String()
+	list, err := r.client.CertmanagerV1().CertificateRequests("").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		r.noteCallFailed(err)
+		return nil, fmt.Errorf("listing CertificateRequests of volume from the apiserver: %w",
+			refusal(err, "list", certificateRequestsResource, "", driverAccount))
+	}
+	reqs := make([]*cmapi.CertificateRequest, 0, len(list.Items))
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp == nil {
+			reqs = append(reqs, &list.Items[i])
+		}
+	}
+	r.sortByCreation(reqs)
+	return reqs, nil
+}
