@@ -297,13 +297,19 @@ func (b *board) watchCertificate(v *managedVolume, renewAt time.Time) {
 		w.renewAt = renewAt
 		gen := w.generation
 		now := b.clock.Now()
-		overdueAt := renewAt.Add(w.notAfter.Sub(renewAt) / 4)
-		w.stops = append(w.stops,
-			afterFunc(b.clock, overdueAt.Sub(now), func() { b.certificateOverdue(v, gen, renewAt) }),
-			afterFunc(b.clock, w.notAfter.Sub(now), func() { b.certificateExpired(v, gen) }))
+		type deadline struct {
+			at     time.Time
+			passed func()
+		}
+		deadlines := []deadline{
+			{renewAt.Add(w.notAfter.Sub(renewAt) / 4), func() { b.certificateOverdue(v, gen, renewAt) }},
+			{w.notAfter, func() { b.certificateExpired(v, gen) }},
+		}
 		if b.conditions != nil {
-			invalidAt := w.notAfter.Add(-b.conditions.margin)
-			w.stops = append(w.stops, afterFunc(b.clock, invalidAt.Sub(now), func() { b.certificateInvalid(v) }))
+			deadlines = append(deadlines, deadline{w.notAfter.Add(-b.conditions.margin), func() { b.certificateInvalid(v) }})
+		}
+		for _, d := range deadlines {
+			w.stops = append(w.stops, afterFunc(b.clock, d.at.Sub(now), d.passed))
 		}
 	})
 }
