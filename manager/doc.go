@@ -18,35 +18,65 @@ limitations under the License.
 // generates a key, creates a cert-manager CertificateRequest, waits for it to be signed, hands the
 // key pair to the driver's WriteKeypair and renews it before it expires.
 //
-// # Who owns what
+// # Who owns what, in the order a publish meets it
 //
-// Each piece of state has one owner, with its own lock. The Manager wires the owners together and
-// serves the public API; nothing below it holds a *Manager. The table's lock is taken before a
-// volume's, never after.
+// Each piece of state has one owner, with its own lock, and each file uses only files listed
+// after it. The Manager wires the owners together and serves the public API; nothing below it
+// holds a *Manager. The table's lock is taken before a volume's, never after.
 //
-//	Manager ─ the public API; wires the owners; its lifetime is the context Stop ends and the
-//	  │       goroutines Stop waits for
-//	  ├─ volumeTable   the managed volumes, by ID and by pod, with the count of volumes in each
-//	  │    │           state, so a registration and what is shown of it come and go in one step
-//	  │    └─ volume   one registration, under its own lock: its context, its pending Requeue,
-//	  │                its pod, its last write, the attempt in flight and the fence that
-//	  │                UnmanageVolume closes after a running WriteKeypair, what the board shows
-//	  ├─ series        the metric series of departed volumes, deleted after a retention
-//	  ├─ loop          one per volume, on its own goroutine: wait until due → attempt → wait by
-//	  │                the outcome's class; its backoffs live on that goroutine's stack
-//	  └─ issuer        what an attempt uses, shared by the loops and the publishes:
-//	       ├─ requests    the informer on the node's CertificateRequests: find, build, create,
-//	       │              settle, wait for and delete them; the waiters its events wake, and
-//	       │              direct reads while its watch is suspect
-//	       ├─ keys        the private keys of submitted requests, in memory and beside the
-//	       │              metadata; the only writer of key files
-//	       ├─ admission   the node-wide limits: slots and a rate bucket, first come first served
-//	       ├─ outage      notices an unreachable apiserver, probes it, and wakes the loops
-//	       │              that failed for want of it when it is back
-//	       └─ board       the one place attempts report to: the metrics, the Events on the pod,
-//	            │         the state gauge, the overdue and expiry timers; it changes what is
-//	            │         shown of a volume only through the volume table
-//	            └─ podConditions  each pod's condition for its readiness gates, written by a queue
+//	manager.go      the public API (options.go: Options and their defaults); wires the owners;
+//	                Stop, through the lifetime (lifetime.go) its goroutines register with
+//	table.go        the managed volumes, by ID and by pod, with the count of volumes in each
+//	                state; every change to what is shown of a volume passes its changeLocked,
+//	                which tells the board
+//	volume.go       one registration, under its own lock: its status (see the diagram below),
+//	                its pod, its last write, the attempt in flight and the fence that
+//	                UnmanageVolume closes after a running WriteKeypair; volumectx.go, its context
+//	series.go       the metric series of departed volumes, deleted after a retention
+//	loop.go         one per volume, on its own goroutine: wait until due → attempt → wait by the
+//	                outcome's class; a caller's attempt runs here too, before the loop starts;
+//	                deadline.go bounds a background attempt
+//	due.go          when a volume is due: the one place that decides it
+//	issuer.go       what an attempt uses, shared by the loops and the publishes
+//	attempt.go      one attempt's steps, top to bottom, handing each to the owners below
+//	admission.go    the node-wide limits: slots and a rate bucket, first come first served
+//	keys.go         the private keys of submitted requests, in memory and beside the metadata,
+//	                and those the start-up sweep kept; the only writer of key files
+//	lookup.go       a volume's requests, from the informer's cache or, when it is stale, the
+//	                apiserver
+//	create.go       building, creating, settling (a create whose outcome is unknown) and deleting
+//	                a request
+//	wait.go         waiting for a request's outcome, with direct reads while the watch is suspect
+//	requests.go     the informer on the node's CertificateRequests, its events and the waiters
+//	                they wake
+//	outage.go       notices an unreachable apiserver, probes it, and wakes the loops that failed
+//	                for want of it when it is back
+//	permissions.go  names a refused call (ErrPermissionDenied) and runs the start-up access check
+//	board.go        the one place attempts report to: the metrics, the Events on the pod (their
+//	                reasons in events.go), the overdue and expiry timers, and, as the table's
+//	                observer, the state gauge and the pod conditions
+//	podcondition.go each pod's condition for its readiness gates, written by a queue
+//	errors.go, timer.go  the sentinels; afterFunc on the injected clock
+//
+// # A volume's status
+//
+// What is shown of a volume (its state in the certmanager_csi_volumes gauge, its share of its
+// pod's condition) is a volumeStatus, moved only by volumeStatus.apply. The worst condition wins:
+// expired, overdue, failing, gate_pending, issued, pending. A key pair written clears all but
+// the certificate:
+//
+//	             gate "not yet"                  attempt failed
+//	pending ─────────────────────► gate_pending ◄──────────────► failing
+//	   │                                 │  (each is entered from the other, and from issued)
+//	   │ certificate written             │ certificate written
+//	   ▼                                 ▼
+//	issued ◄─────────────── certificate written (from any state)
+//	   │ renewal point + a quarter of the time left
+//	   ▼
+//	overdue ──── NotAfter ────► expired
+//
+// A registration ends with UnmanageVolume, Stop or the loss of its metadata; a volume whose pod
+// terminates makes no attempt any more until then.
 //
 // When a volume is due is decided in one place, due.go: the NextIssuanceTime the driver stored
 // when it stored one (earlier or later than the library's default), else the default handed to
