@@ -195,13 +195,13 @@ func checkDir(path string) error {
 	return nil
 }
 
-// openVolume opens the volume's directory as an os.Root: nothing read through it can resolve
-// outside the directory, whatever symlinks a file was replaced by.
-func (f *Filesystem) openVolume(volumeID string) (*os.Root, error) {
+// checkVolume checks that the volume directory and its data directory are real directories,
+// with checkDir's errors.
+func (f *Filesystem) checkVolume(volumeID string) error {
 	if err := checkDir(f.volumeDir(volumeID)); err != nil {
-		return nil, err
+		return err
 	}
-	return os.OpenRoot(f.volumeDir(volumeID))
+	return checkDir(f.dataDir(volumeID))
 }
 
 // PathForVolume returns <baseDir>/inmemfs/<volumeID>/data with baseDir as given to
@@ -252,17 +252,9 @@ func (f *Filesystem) ReadMetadata(volumeID string) (metadata.Metadata, error) {
 }
 
 func (f *Filesystem) readMetadata(volumeID string) (metadata.Metadata, error) {
-	root, err := f.openVolume(volumeID)
+	raw, err := readFileIn(f.volumeDir(volumeID), metadataFileName)
 	if errors.Is(err, ErrNotFound) {
-		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", ErrNotFound)
-	}
-	if err != nil {
-		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", err)
-	}
-	defer root.Close()
-	raw, err := root.ReadFile(metadataFileName)
-	if errors.Is(err, fs.ErrNotExist) {
-		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", ErrNotFound)
+		err = ErrNotFound // upstream's text: "reading metadata file: not found"
 	}
 	if err != nil {
 		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", err)
@@ -425,10 +417,8 @@ func (f *Filesystem) WriteFiles(meta metadata.Metadata, files map[string][]byte)
 	}
 	unlock := f.state.locks.LockNoContext(meta.VolumeID)
 	defer unlock()
-	for _, dir := range []string{f.volumeDir(meta.VolumeID), f.dataDir(meta.VolumeID)} {
-		if err := checkDir(dir); err != nil {
-			return fmt.Errorf("writing files of volume %q: %w", meta.VolumeID, err)
-		}
+	if err := f.checkVolume(meta.VolumeID); err != nil {
+		return fmt.Errorf("writing files of volume %q: %w", meta.VolumeID, err)
 	}
 	return projectFiles(f.dataDir(meta.VolumeID), cleaned, gid, f.state.projectHook)
 }
@@ -437,7 +427,7 @@ func (f *Filesystem) WriteFiles(meta metadata.Metadata, files map[string][]byte)
 // sub-path; nothing outside the data directory is ever read ("..", or symlinks leading out, are
 // not found). Any failure to open gives a bare ErrNotFound.
 func (f *Filesystem) ReadFile(volumeID, name string) ([]byte, error) {
-	if ValidateVolumeID(volumeID) != nil || checkDir(f.volumeDir(volumeID)) != nil || checkDir(f.dataDir(volumeID)) != nil {
+	if ValidateVolumeID(volumeID) != nil || f.checkVolume(volumeID) != nil {
 		return nil, ErrNotFound
 	}
 	root, err := os.OpenRoot(f.dataDir(volumeID))

@@ -91,16 +91,14 @@ func (f *Filesystem) keepPendingKey(id string) (bool, error) {
 func (f *Filesystem) removeCrashLeftovers(id string) ([]string, error) {
 	unlock := f.state.locks.LockNoContext(id)
 	defer unlock()
-	var removed []string
-	for _, dir := range []string{f.volumeDir(id), f.dataDir(id)} {
-		if err := checkDir(dir); err != nil {
-			return removed, err
-		}
+	if err := f.checkVolume(id); err != nil {
+		return nil, err
 	}
 	entries, err := os.ReadDir(f.volumeDir(id))
 	if err != nil {
-		return removed, err
+		return nil, err
 	}
+	var removed []string
 	for _, e := range entries {
 		if isTempFile(e.Name()) {
 			if err := os.Remove(filepath.Join(f.volumeDir(id), e.Name())); err != nil {
