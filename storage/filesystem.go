@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 
@@ -275,12 +276,16 @@ func (f *Filesystem) WriteMetadata(volumeID string, meta metadata.Metadata) erro
 	}
 	unlock := f.state.locks.LockNoContext(volumeID)
 	defer unlock()
-	return f.updateMetadata(volumeID, func(stored *metadata.Metadata) metadata.Metadata {
-		if stored != nil && stored.Mounted {
-			meta.Mounted = true
-		}
-		return meta
-	})
+	if err := checkDir(f.volumeDir(volumeID)); err != nil {
+		return fmt.Errorf("writing metadata of volume %q: %w", volumeID, err)
+	}
+	// Missing or corrupt metadata is replaced (a good write repairs it); stored is then zero.
+	stored, err := f.readMetadata(volumeID)
+	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalidJSON) {
+		return err
+	}
+	meta.Mounted = meta.Mounted || stored.Mounted
+	return f.writeMetadata(volumeID, meta)
 }
 
 // SetMounted records, in one locked read-modify-write, that the volume's publish succeeded.
@@ -301,23 +306,6 @@ func (f *Filesystem) SetMounted(volumeID string) error {
 	return f.writeMetadata(volumeID, stored)
 }
 
-// updateMetadata writes next(stored) with the volume locked by the caller; stored is nil when
-// the current file is missing or corrupt (a good write repairs it).
-func (f *Filesystem) updateMetadata(volumeID string, next func(stored *metadata.Metadata) metadata.Metadata) error {
-	if err := checkDir(f.volumeDir(volumeID)); err != nil {
-		return fmt.Errorf("writing metadata of volume %q: %w", volumeID, err)
-	}
-	stored, err := f.readMetadata(volumeID)
-	switch {
-	case err == nil:
-		return f.writeMetadata(volumeID, next(&stored))
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidJSON):
-		return f.writeMetadata(volumeID, next(nil))
-	default:
-		return err
-	}
-}
-
 // RegisterMetadata creates the volume if it does not exist (Mounted false) and reports true.
 // For an existing volume with the same volume context it reports false; with a changed one it
 // keeps the stored record and replaces only its VolumeContext. Corrupt
@@ -334,18 +322,15 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 		if err := f.createVolumeDirs(meta.VolumeID); err != nil {
 			return false, err
 		}
-		meta.Mounted = false
-		if err := f.writeMetadata(meta.VolumeID, meta); err != nil {
-			return false, err
-		}
-		return true, nil
+		stored = meta
+		stored.Mounted = false
 	case err != nil:
 		return false, err
-	}
-	if volumeContextEqual(meta.VolumeContext, stored.VolumeContext) {
+	case maps.Equal(meta.VolumeContext, stored.VolumeContext):
 		return false, nil
+	default:
+		stored.VolumeContext = meta.VolumeContext
 	}
-	stored.VolumeContext = meta.VolumeContext
 	if err := f.writeMetadata(meta.VolumeID, stored); err != nil {
 		return false, err
 	}

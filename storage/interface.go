@@ -239,17 +239,3 @@ func fsGroupOf(meta metadata.Metadata, attrKey string) (*int64, error) {
 	}
 	return &gid, nil
 }
-
-// volumeContextEqual reports whether two volume contexts hold the same entries (nil equals
-// empty).
-func volumeContextEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if bv, ok := b[k]; !ok || bv != v {
-			return false
-		}
-	}
-	return true
-}
