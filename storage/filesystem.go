@@ -229,15 +229,9 @@ func (f *Filesystem) RemoveVolume(volumeID string) error {
 // ListVolumes returns the IDs of all volume directories in name order, nil when there are none.
 // Stray files and names that are not valid volume IDs are skipped. It never modifies anything.
 func (f *Filesystem) ListVolumes() ([]string, error) {
-	entries, err := os.ReadDir(f.root)
+	ids, err := listIDs(f.root, fs.ModeDir)
 	if err != nil {
 		return nil, fmt.Errorf("listing volumes: %w", err)
-	}
-	var ids []string
-	for _, e := range entries {
-		if e.IsDir() && ValidateVolumeID(e.Name()) == nil {
-			ids = append(ids, e.Name())
-		}
 	}
 	return ids, nil
 }
@@ -443,14 +437,70 @@ func (f *Filesystem) WritePendingKey(volumeID string, data []byte) error {
 
 // ReadPendingKey reads the volume's pending key; ErrNotFound if there is none.
 func (f *Filesystem) ReadPendingKey(volumeID string) ([]byte, error) {
+	return readKey(volumeID, "pending key", f.volumeDir(volumeID), pendingKeyFileName)
+}
+
+// RemovePendingKey removes the volume's pending key; removing none succeeds.
+func (f *Filesystem) RemovePendingKey(volumeID string) error {
+	return f.removeKey(volumeID, f.volumeDir(volumeID), pendingKeyFileName)
+}
+
+// SweptPendingKeys returns the IDs of the volumes whose pending key the start-up sweep kept, in
+// name order; nil when there are none.
+func (f *Filesystem) SweptPendingKeys() ([]string, error) {
+	if err := checkDir(f.sweptKeysDir()); errors.Is(err, ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	ids, err := listIDs(f.sweptKeysDir(), 0)
+	if err != nil {
+		return nil, fmt.Errorf("listing swept pending keys: %w", err)
+	}
+	return ids, nil
+}
+
+// ReadSweptPendingKey returns the pending key the sweep kept for a removed volume; ErrNotFound
+// if there is none.
+func (f *Filesystem) ReadSweptPendingKey(volumeID string) ([]byte, error) {
+	return readKey(volumeID, "swept pending key", f.sweptKeysDir(), volumeID)
+}
+
+// RemoveSweptPendingKey removes the pending key the sweep kept for a removed volume; removing
+// none succeeds.
+func (f *Filesystem) RemoveSweptPendingKey(volumeID string) error {
+	return f.removeKey(volumeID, f.sweptKeysDir(), volumeID)
+}
+
+// readKey reads the key file name in dir for the volume volumeID (which names, together with
+// what, the key in the error); ErrNotFound if there is none.
+func readKey(volumeID, what, dir, name string) ([]byte, error) {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return nil, err
 	}
-	data, err := readFileIn(f.volumeDir(volumeID), pendingKeyFileName)
+	data, err := readFileIn(dir, name)
 	if err != nil {
-		return nil, fmt.Errorf("reading pending key of volume %q: %w", volumeID, err)
+		return nil, fmt.Errorf("reading %s of volume %q: %w", what, volumeID, err)
 	}
 	return data, nil
+}
+
+// removeKey removes the key file name in the real directory dir with the volume locked; a
+// missing directory or file is nothing to remove.
+func (f *Filesystem) removeKey(volumeID, dir, name string) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	unlock := f.state.locks.LockNoContext(volumeID)
+	defer unlock()
+	err := checkDir(dir)
+	if err == nil {
+		err = os.Remove(filepath.Join(dir, name))
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // readFileIn reads the file name in the real directory dir through an os.Root, so that nothing
@@ -471,71 +521,18 @@ func readFileIn(dir, name string) ([]byte, error) {
 	return data, err
 }
 
-// RemovePendingKey removes the volume's pending key; removing none succeeds.
-func (f *Filesystem) RemovePendingKey(volumeID string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	if err := checkDir(f.volumeDir(volumeID)); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		return err
-	}
-	err := os.Remove(filepath.Join(f.volumeDir(volumeID), pendingKeyFileName))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
-}
-
-// SweptPendingKeys returns the IDs of the volumes whose pending key the start-up sweep kept, in
-// name order; nil when there are none.
-func (f *Filesystem) SweptPendingKeys() ([]string, error) {
-	if err := checkDir(f.sweptKeysDir()); errors.Is(err, ErrNotFound) {
-		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
-	entries, err := os.ReadDir(f.sweptKeysDir())
+// listIDs lists, in name order, the entries of dir of the given type (fs.ModeDir, or 0 for a
+// regular file) whose names are valid volume IDs; nil when there are none.
+func listIDs(dir string, kind fs.FileMode) ([]string, error) {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("listing swept pending keys: %w", err)
+		return nil, err
 	}
 	var ids []string
 	for _, e := range entries {
-		if e.Type().IsRegular() && ValidateVolumeID(e.Name()) == nil {
+		if e.Type() == kind && ValidateVolumeID(e.Name()) == nil {
 			ids = append(ids, e.Name())
 		}
 	}
 	return ids, nil
-}
-
-// ReadSweptPendingKey returns the pending key the sweep kept for a removed volume; ErrNotFound
-// if there is none.
-func (f *Filesystem) ReadSweptPendingKey(volumeID string) ([]byte, error) {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return nil, err
-	}
-	data, err := readFileIn(f.sweptKeysDir(), volumeID)
-	if err != nil {
-		return nil, fmt.Errorf("reading swept pending key of volume %q: %w", volumeID, err)
-	}
-	return data, nil
-}
-
-// RemoveSweptPendingKey removes the pending key the sweep kept for a removed volume; removing
-// none succeeds.
-func (f *Filesystem) RemoveSweptPendingKey(volumeID string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	err := os.Remove(filepath.Join(f.sweptKeysDir(), volumeID))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
 }
