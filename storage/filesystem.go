@@ -268,18 +268,27 @@ func (f *Filesystem) WriteMetadata(volumeID string, meta metadata.Metadata) erro
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
 	}
+	return f.writeInVolume(volumeID, "metadata", func() error {
+		// Missing or corrupt metadata is replaced (a good write repairs it); stored is then zero.
+		stored, err := f.readMetadata(volumeID)
+		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalidJSON) {
+			return err
+		}
+		meta.Mounted = meta.Mounted || stored.Mounted
+		return f.writeMetadata(volumeID, meta)
+	})
+}
+
+// writeInVolume runs write with the volume locked once its directory is known to be a real
+// one; what names the written thing in that check's error, which matches ErrNotFound and
+// fs.ErrNotExist for a missing directory.
+func (f *Filesystem) writeInVolume(volumeID, what string, write func() error) error {
 	unlock := f.state.locks.LockNoContext(volumeID)
 	defer unlock()
 	if err := checkDir(f.volumeDir(volumeID)); err != nil {
-		return fmt.Errorf("writing metadata of volume %q: %w", volumeID, err)
+		return fmt.Errorf("writing %s of volume %q: %w", what, volumeID, err)
 	}
-	// Missing or corrupt metadata is replaced (a good write repairs it); stored is then zero.
-	stored, err := f.readMetadata(volumeID)
-	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalidJSON) {
-		return err
-	}
-	meta.Mounted = meta.Mounted || stored.Mounted
-	return f.writeMetadata(volumeID, meta)
+	return write()
 }
 
 // SetMounted records, in one locked read-modify-write, that the volume's publish succeeded.
@@ -427,12 +436,9 @@ func (f *Filesystem) WritePendingKey(volumeID string, data []byte) error {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
 	}
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	if err := checkDir(f.volumeDir(volumeID)); err != nil {
-		return fmt.Errorf("writing pending key of volume %q: %w", volumeID, err)
-	}
-	return writeFileAtomic(f.volumeDir(volumeID), pendingKeyFileName, data, metadataMode)
+	return f.writeInVolume(volumeID, "pending key", func() error {
+		return writeFileAtomic(f.volumeDir(volumeID), pendingKeyFileName, data, metadataMode)
+	})
 }
 
 // ReadPendingKey reads the volume's pending key; ErrNotFound if there is none.

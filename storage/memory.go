@@ -239,15 +239,20 @@ func (m *MemoryFS) ReadFiles(volumeID string) (map[string][]byte, error) {
 // for an unknown volume or name.
 func (m *MemoryFS) ReadFile(volumeID, name string) ([]byte, error) {
 	var out []byte
-	err := m.volume(volumeID, false, func(v *memVolume) error {
-		b, ok := v.files[name]
-		if !ok {
-			return ErrNotFound
-		}
-		out = append([]byte(nil), b...)
-		return nil
+	err := m.volume(volumeID, false, func(v *memVolume) (err error) {
+		out, err = lookup(v.files, name)
+		return err
 	})
 	return out, err
+}
+
+// lookup returns a copy of files[name]; ErrNotFound when there is no such entry.
+func lookup(files map[string][]byte, name string) ([]byte, error) {
+	b, ok := files[name]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return append([]byte(nil), b...), nil
 }
 
 // Sweep applies the start-up sweep to the in-memory volumes (see Filesystem.Sweep), using
@@ -289,13 +294,9 @@ func (m *MemoryFS) SweptPendingKeys() ([]string, error) {
 // there is none.
 func (m *MemoryFS) ReadSweptPendingKey(volumeID string) ([]byte, error) {
 	var out []byte
-	err := m.locked(volumeID, func() error {
-		data, ok := m.sweptKeys[volumeID]
-		if !ok {
-			return ErrNotFound
-		}
-		out = append([]byte(nil), data...)
-		return nil
+	err := m.locked(volumeID, func() (err error) {
+		out, err = lookup(m.sweptKeys, volumeID)
+		return err
 	})
 	return out, err
 }
