@@ -258,12 +258,7 @@ func lookup(files map[string][]byte, name string) ([]byte, error) {
 // Sweep applies the start-up sweep to the in-memory volumes (see Filesystem.Sweep), using
 // Mounter if set. A test calls it to simulate a driver restart on a shared store.
 func (m *MemoryFS) Sweep(log logr.Logger) SweepResult {
-	return sweep(log, m, m.Mounter, func(id string) bool {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		_, ok := m.volumes[id]
-		return ok
-	}, nil)
+	return sweep(log, m, m.Mounter, nil)
 }
 
 // keepPendingKey sets a volume's pending key aside among the swept keys; see sweepStore.
