@@ -27,36 +27,40 @@ import (
 
 // writeFileAtomic replaces dir/name with data so that a reader, or the file after a crash, holds
 // either the old or the new content in full.
-func writeFileAtomic(dir, name string, data []byte, perm os.FileMode) (err error) {
+func writeFileAtomic(dir, name string, data []byte, perm os.FileMode) error {
+	path := filepath.Join(dir, name)
 	// Step 1: a temporary file in the same directory, so the rename stays on one filesystem.
 	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", filepath.Join(dir, name), err)
-	}
-	defer func() {
+	if err == nil {
+		// Step 2: the content is on stable storage before the name points at it.
+		if err = writeAndSync(tmp, data, perm); err == nil {
+			// Step 3: swap the name.
+			err = os.Rename(tmp.Name(), path)
+		}
 		if err != nil {
 			_ = os.Remove(tmp.Name())
 		}
-	}()
-	if _, err = tmp.Write(data); err == nil {
-		err = tmp.Chmod(perm)
-	}
-	if err == nil {
-		// Step 2: the content is on stable storage before the name points at it.
-		err = tmp.Sync()
-	}
-	if closeErr := tmp.Close(); err == nil {
-		err = closeErr
 	}
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", filepath.Join(dir, name), err)
-	}
-	// Step 3: swap the name.
-	if err = os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("writing %s: %w", filepath.Join(dir, name), err)
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	// Step 4: persist the rename itself.
 	return syncDir(dir)
+}
+
+// writeAndSync writes data to the new file f, gives it mode perm, syncs and closes it.
+func writeAndSync(f *os.File, data []byte, perm os.FileMode) error {
+	_, err := f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	return err
 }
 
 func syncDir(dir string) error {
@@ -184,15 +188,7 @@ func removeStale(dir, gen string, keep map[string]bool) ([]string, error) {
 	var removed []string
 	for _, e := range entries {
 		name := e.Name()
-		stale := false
-		switch {
-		case name == dataLinkName || name == gen:
-		case strings.HasPrefix(name, generationPrefix):
-			stale = true
-		case keep != nil && !keep[name]:
-			stale = true
-		}
-		if stale {
+		if name != dataLinkName && name != gen && (strings.HasPrefix(name, generationPrefix) || keep != nil && !keep[name]) {
 			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 				return removed, err
 			}
@@ -210,21 +206,11 @@ func isTempFile(name string) bool {
 
 func writeGenerationFile(path string, content []byte, gid *int64) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(content)
 	if err == nil {
-		err = f.Sync()
-	}
-	if closeErr := f.Close(); err == nil {
-		err = closeErr
+		err = writeAndSync(f, content, projectFileMode)
 	}
 	if err == nil {
 		err = chgrp(path, gid)
-	}
-	if err == nil {
-		err = os.Chmod(path, projectFileMode)
 	}
 	return err
 }

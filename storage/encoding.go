@@ -29,17 +29,22 @@ import (
 // fork's files from upstream's: upstream ignores it (so a rollback reads these files), and a
 // file without it was written by upstream (see decodeOnDisk).
 func encodeOnDisk(meta metadata.Metadata) ([]byte, error) {
-	mounted := meta.Mounted
-	meta.Mounted = false
-	raw, err := json.Marshal(meta)
+	raw, err := upstreamJSON(meta)
 	if err != nil {
 		return nil, err
 	}
 	// raw is a JSON object with at least volumeID and targetPath: it ends in '}'.
 	out := make([]byte, 0, len(raw)+16)
 	out = append(out, raw[:len(raw)-1]...)
-	out = fmt.Appendf(out, `,"mounted":%t}`, mounted)
+	out = fmt.Appendf(out, `,"mounted":%t}`, meta.Mounted)
 	return out, nil
+}
+
+// upstreamJSON is upstream's encoding of metadata: json.Marshal with Mounted false, so that
+// the omitted "mounted" key leaves exactly upstream's bytes.
+func upstreamJSON(meta metadata.Metadata) ([]byte, error) {
+	meta.Mounted = false
+	return json.Marshal(meta)
 }
 
 // decodeOnDisk decodes metadata written by encodeOnDisk or by upstream. A file without a

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 
@@ -195,13 +196,13 @@ func checkDir(path string) error {
 	return nil
 }
 
-// openVolume opens the volume's directory as an os.Root: nothing read through it can resolve
-// outside the directory, whatever symlinks a file was replaced by.
-func (f *Filesystem) openVolume(volumeID string) (*os.Root, error) {
+// checkVolume checks that the volume directory and its data directory are real directories,
+// with checkDir's errors.
+func (f *Filesystem) checkVolume(volumeID string) error {
 	if err := checkDir(f.volumeDir(volumeID)); err != nil {
-		return nil, err
+		return err
 	}
-	return os.OpenRoot(f.volumeDir(volumeID))
+	return checkDir(f.dataDir(volumeID))
 }
 
 // PathForVolume returns <baseDir>/inmemfs/<volumeID>/data with baseDir as given to
@@ -228,15 +229,9 @@ func (f *Filesystem) RemoveVolume(volumeID string) error {
 // ListVolumes returns the IDs of all volume directories in name order, nil when there are none.
 // Stray files and names that are not valid volume IDs are skipped. It never modifies anything.
 func (f *Filesystem) ListVolumes() ([]string, error) {
-	entries, err := os.ReadDir(f.root)
+	ids, err := listIDs(f.root, fs.ModeDir)
 	if err != nil {
 		return nil, fmt.Errorf("listing volumes: %w", err)
-	}
-	var ids []string
-	for _, e := range entries {
-		if e.IsDir() && ValidateVolumeID(e.Name()) == nil {
-			ids = append(ids, e.Name())
-		}
 	}
 	return ids, nil
 }
@@ -252,17 +247,9 @@ func (f *Filesystem) ReadMetadata(volumeID string) (metadata.Metadata, error) {
 }
 
 func (f *Filesystem) readMetadata(volumeID string) (metadata.Metadata, error) {
-	root, err := f.openVolume(volumeID)
+	raw, err := readFileIn(f.volumeDir(volumeID), metadataFileName)
 	if errors.Is(err, ErrNotFound) {
-		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", ErrNotFound)
-	}
-	if err != nil {
-		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", err)
-	}
-	defer root.Close()
-	raw, err := root.ReadFile(metadataFileName)
-	if errors.Is(err, fs.ErrNotExist) {
-		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", ErrNotFound)
+		err = ErrNotFound // upstream's text: "reading metadata file: not found"
 	}
 	if err != nil {
 		return metadata.Metadata{}, fmt.Errorf("reading metadata file: %w", err)
@@ -281,14 +268,27 @@ func (f *Filesystem) WriteMetadata(volumeID string, meta metadata.Metadata) erro
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
 	}
+	return f.writeInVolume(volumeID, "metadata", func() error {
+		// Missing or corrupt metadata is replaced (a good write repairs it); stored is then zero.
+		stored, err := f.readMetadata(volumeID)
+		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalidJSON) {
+			return err
+		}
+		meta.Mounted = meta.Mounted || stored.Mounted
+		return f.writeMetadata(volumeID, meta)
+	})
+}
+
+// writeInVolume runs write with the volume locked once its directory is known to be a real
+// one; what names the written thing in that check's error, which matches ErrNotFound and
+// fs.ErrNotExist for a missing directory.
+func (f *Filesystem) writeInVolume(volumeID, what string, write func() error) error {
 	unlock := f.state.locks.LockNoContext(volumeID)
 	defer unlock()
-	return f.updateMetadata(volumeID, func(stored *metadata.Metadata) metadata.Metadata {
-		if stored != nil && stored.Mounted {
-			meta.Mounted = true
-		}
-		return meta
-	})
+	if err := checkDir(f.volumeDir(volumeID)); err != nil {
+		return fmt.Errorf("writing %s of volume %q: %w", what, volumeID, err)
+	}
+	return write()
 }
 
 // SetMounted records, in one locked read-modify-write, that the volume's publish succeeded.
@@ -309,23 +309,6 @@ func (f *Filesystem) SetMounted(volumeID string) error {
 	return f.writeMetadata(volumeID, stored)
 }
 
-// updateMetadata writes next(stored) with the volume locked by the caller; stored is nil when
-// the current file is missing or corrupt (a good write repairs it).
-func (f *Filesystem) updateMetadata(volumeID string, next func(stored *metadata.Metadata) metadata.Metadata) error {
-	if err := checkDir(f.volumeDir(volumeID)); err != nil {
-		return fmt.Errorf("writing metadata of volume %q: %w", volumeID, err)
-	}
-	stored, err := f.readMetadata(volumeID)
-	switch {
-	case err == nil:
-		return f.writeMetadata(volumeID, next(&stored))
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidJSON):
-		return f.writeMetadata(volumeID, next(nil))
-	default:
-		return err
-	}
-}
-
 // RegisterMetadata creates the volume if it does not exist (Mounted false) and reports true.
 // For an existing volume with the same volume context it reports false; with a changed one it
 // keeps the stored record and replaces only its VolumeContext. Corrupt
@@ -342,18 +325,15 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 		if err := f.createVolumeDirs(meta.VolumeID); err != nil {
 			return false, err
 		}
-		meta.Mounted = false
-		if err := f.writeMetadata(meta.VolumeID, meta); err != nil {
-			return false, err
-		}
-		return true, nil
+		stored = meta
+		stored.Mounted = false
 	case err != nil:
 		return false, err
-	}
-	if volumeContextEqual(meta.VolumeContext, stored.VolumeContext) {
+	case maps.Equal(meta.VolumeContext, stored.VolumeContext):
 		return false, nil
+	default:
+		stored.VolumeContext = meta.VolumeContext
 	}
-	stored.VolumeContext = meta.VolumeContext
 	if err := f.writeMetadata(meta.VolumeID, stored); err != nil {
 		return false, err
 	}
@@ -425,10 +405,8 @@ func (f *Filesystem) WriteFiles(meta metadata.Metadata, files map[string][]byte)
 	}
 	unlock := f.state.locks.LockNoContext(meta.VolumeID)
 	defer unlock()
-	for _, dir := range []string{f.volumeDir(meta.VolumeID), f.dataDir(meta.VolumeID)} {
-		if err := checkDir(dir); err != nil {
-			return fmt.Errorf("writing files of volume %q: %w", meta.VolumeID, err)
-		}
+	if err := f.checkVolume(meta.VolumeID); err != nil {
+		return fmt.Errorf("writing files of volume %q: %w", meta.VolumeID, err)
 	}
 	return projectFiles(f.dataDir(meta.VolumeID), cleaned, gid, f.state.projectHook)
 }
@@ -437,7 +415,7 @@ func (f *Filesystem) WriteFiles(meta metadata.Metadata, files map[string][]byte)
 // sub-path; nothing outside the data directory is ever read ("..", or symlinks leading out, are
 // not found). Any failure to open gives a bare ErrNotFound.
 func (f *Filesystem) ReadFile(volumeID, name string) ([]byte, error) {
-	if ValidateVolumeID(volumeID) != nil || checkDir(f.volumeDir(volumeID)) != nil || checkDir(f.dataDir(volumeID)) != nil {
+	if ValidateVolumeID(volumeID) != nil || f.checkVolume(volumeID) != nil {
 		return nil, ErrNotFound
 	}
 	root, err := os.OpenRoot(f.dataDir(volumeID))
@@ -458,24 +436,77 @@ func (f *Filesystem) WritePendingKey(volumeID string, data []byte) error {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
 	}
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	if err := checkDir(f.volumeDir(volumeID)); err != nil {
-		return fmt.Errorf("writing pending key of volume %q: %w", volumeID, err)
-	}
-	return writeFileAtomic(f.volumeDir(volumeID), pendingKeyFileName, data, metadataMode)
+	return f.writeInVolume(volumeID, "pending key", func() error {
+		return writeFileAtomic(f.volumeDir(volumeID), pendingKeyFileName, data, metadataMode)
+	})
 }
 
 // ReadPendingKey reads the volume's pending key; ErrNotFound if there is none.
 func (f *Filesystem) ReadPendingKey(volumeID string) ([]byte, error) {
+	return readKey(volumeID, "pending key", f.volumeDir(volumeID), pendingKeyFileName)
+}
+
+// RemovePendingKey removes the volume's pending key; removing none succeeds.
+func (f *Filesystem) RemovePendingKey(volumeID string) error {
+	return f.removeKey(volumeID, f.volumeDir(volumeID), pendingKeyFileName)
+}
+
+// SweptPendingKeys returns the IDs of the volumes whose pending key the start-up sweep kept, in
+// name order; nil when there are none.
+func (f *Filesystem) SweptPendingKeys() ([]string, error) {
+	if err := checkDir(f.sweptKeysDir()); errors.Is(err, ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	ids, err := listIDs(f.sweptKeysDir(), 0)
+	if err != nil {
+		return nil, fmt.Errorf("listing swept pending keys: %w", err)
+	}
+	return ids, nil
+}
+
+// ReadSweptPendingKey returns the pending key the sweep kept for a removed volume; ErrNotFound
+// if there is none.
+func (f *Filesystem) ReadSweptPendingKey(volumeID string) ([]byte, error) {
+	return readKey(volumeID, "swept pending key", f.sweptKeysDir(), volumeID)
+}
+
+// RemoveSweptPendingKey removes the pending key the sweep kept for a removed volume; removing
+// none succeeds.
+func (f *Filesystem) RemoveSweptPendingKey(volumeID string) error {
+	return f.removeKey(volumeID, f.sweptKeysDir(), volumeID)
+}
+
+// readKey reads the key file name in dir for the volume volumeID (which names, together with
+// what, the key in the error); ErrNotFound if there is none.
+func readKey(volumeID, what, dir, name string) ([]byte, error) {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return nil, err
 	}
-	data, err := readFileIn(f.volumeDir(volumeID), pendingKeyFileName)
+	data, err := readFileIn(dir, name)
 	if err != nil {
-		return nil, fmt.Errorf("reading pending key of volume %q: %w", volumeID, err)
+		return nil, fmt.Errorf("reading %s of volume %q: %w", what, volumeID, err)
 	}
 	return data, nil
+}
+
+// removeKey removes the key file name in the real directory dir with the volume locked; a
+// missing directory or file is nothing to remove.
+func (f *Filesystem) removeKey(volumeID, dir, name string) error {
+	if err := ValidateVolumeID(volumeID); err != nil {
+		return err
+	}
+	unlock := f.state.locks.LockNoContext(volumeID)
+	defer unlock()
+	err := checkDir(dir)
+	if err == nil {
+		err = os.Remove(filepath.Join(dir, name))
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // readFileIn reads the file name in the real directory dir through an os.Root, so that nothing
@@ -496,71 +527,18 @@ func readFileIn(dir, name string) ([]byte, error) {
 	return data, err
 }
 
-// RemovePendingKey removes the volume's pending key; removing none succeeds.
-func (f *Filesystem) RemovePendingKey(volumeID string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	if err := checkDir(f.volumeDir(volumeID)); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		return err
-	}
-	err := os.Remove(filepath.Join(f.volumeDir(volumeID), pendingKeyFileName))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
-}
-
-// SweptPendingKeys returns the IDs of the volumes whose pending key the start-up sweep kept, in
-// name order; nil when there are none.
-func (f *Filesystem) SweptPendingKeys() ([]string, error) {
-	if err := checkDir(f.sweptKeysDir()); errors.Is(err, ErrNotFound) {
-		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
-	entries, err := os.ReadDir(f.sweptKeysDir())
+// listIDs lists, in name order, the entries of dir of the given type (fs.ModeDir, or 0 for a
+// regular file) whose names are valid volume IDs; nil when there are none.
+func listIDs(dir string, kind fs.FileMode) ([]string, error) {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("listing swept pending keys: %w", err)
+		return nil, err
 	}
 	var ids []string
 	for _, e := range entries {
-		if e.Type().IsRegular() && ValidateVolumeID(e.Name()) == nil {
+		if e.Type() == kind && ValidateVolumeID(e.Name()) == nil {
 			ids = append(ids, e.Name())
 		}
 	}
 	return ids, nil
-}
-
-// ReadSweptPendingKey returns the pending key the sweep kept for a removed volume; ErrNotFound
-// if there is none.
-func (f *Filesystem) ReadSweptPendingKey(volumeID string) ([]byte, error) {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return nil, err
-	}
-	data, err := readFileIn(f.sweptKeysDir(), volumeID)
-	if err != nil {
-		return nil, fmt.Errorf("reading swept pending key of volume %q: %w", volumeID, err)
-	}
-	return data, nil
-}
-
-// RemoveSweptPendingKey removes the pending key the sweep kept for a removed volume; removing
-// none succeeds.
-func (f *Filesystem) RemoveSweptPendingKey(volumeID string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	err := os.Remove(filepath.Join(f.sweptKeysDir(), volumeID))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
 }

@@ -152,31 +152,25 @@ const (
 // empty, not "." or "..", no "/" or NUL byte, at most 255 bytes, and not the name reserved for
 // swept pending keys ("..swept-pending-keys"). The error wraps ErrInvalidVolumeID.
 func ValidateVolumeID(id string) error {
-	err := validateName(id)
-	if err == nil && id == sweptKeysName {
-		err = errors.New("is reserved for the pending keys the start-up sweep keeps")
+	bad := func(why string) error {
+		return fmt.Errorf("%w %q: %s", ErrInvalidVolumeID, id, why)
 	}
-	if err != nil {
-		return fmt.Errorf("%w %q: %s", ErrInvalidVolumeID, id, err)
-	}
-	return nil
-}
-
-func validateName(s string) error {
 	switch {
-	case s == "":
-		return errors.New("must not be empty")
-	case s == "." || s == "..":
-		return errors.New("must not be '.' or '..'")
-	case strings.ContainsRune(s, '/'):
-		return errors.New("must not contain '/'")
-	case strings.ContainsRune(s, 0):
-		return errors.New("must not contain a NUL byte")
-	case len(s) > maxNameLength:
-		return fmt.Errorf("must be at most %d bytes, is %d", maxNameLength, len(s))
-	case !utf8.ValidString(s):
+	case id == "":
+		return bad("must not be empty")
+	case id == "." || id == "..":
+		return bad("must not be '.' or '..'")
+	case strings.ContainsRune(id, '/'):
+		return bad("must not contain '/'")
+	case strings.ContainsRune(id, 0):
+		return bad("must not contain a NUL byte")
+	case len(id) > maxNameLength:
+		return bad(fmt.Sprintf("must be at most %d bytes, is %d", maxNameLength, len(id)))
+	case !utf8.ValidString(id):
 		// Metadata is JSON: an invalid byte would come back as U+FFFD, naming another volume.
-		return errors.New("must be valid UTF-8")
+		return bad("must be valid UTF-8")
+	case id == sweptKeysName:
+		return bad("is reserved for the pending keys the start-up sweep keeps")
 	}
 	return nil
 }
@@ -238,18 +232,4 @@ func fsGroupOf(meta metadata.Metadata, attrKey string) (*int64, error) {
 		return nil, fmt.Errorf("%w: failed to parse %q, value %q must be an integer from 1 to %d", ErrInvalidFSGroup, attrKey, value, maxFSGroup)
 	}
 	return &gid, nil
-}
-
-// volumeContextEqual reports whether two volume contexts hold the same entries (nil equals
-// empty).
-func volumeContextEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if bv, ok := b[k]; !ok || bv != v {
-			return false
-		}
-	}
-	return true
 }

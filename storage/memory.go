@@ -18,6 +18,8 @@ package storage
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -41,7 +43,7 @@ type MemoryFS struct {
 	// Mounter, if set, is used by Sweep to unmount target paths of never-mounted volumes.
 	Mounter mount.Interface
 
-	mu      sync.RWMutex
+	mu      sync.Mutex
 	volumes map[string]*memVolume
 	// sweptKeys are the pending keys Sweep kept from the volumes it removed, by volume ID.
 	sweptKeys map[string][]byte
@@ -61,33 +63,34 @@ var (
 	_ SweptKeyStore   = &MemoryFS{}
 )
 
-// update runs f on an existing volume under the write lock: ErrInvalidVolumeID for a hostile
-// ID, ErrNotFound for an unknown volume.
-func (m *MemoryFS) update(volumeID string, f func(v *memVolume) error) error {
+// locked runs f under the lock once volumeID is known to be valid (ErrInvalidVolumeID
+// otherwise).
+func (m *MemoryFS) locked(volumeID string, f func() error) error {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	v, ok := m.volumes[volumeID]
-	if !ok {
-		return ErrNotFound
-	}
-	return f(v)
+	return f()
 }
 
-// view runs f on an existing volume under the read lock, with update's errors.
-func (m *MemoryFS) view(volumeID string, f func(v *memVolume) error) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	v, ok := m.volumes[volumeID]
-	if !ok {
-		return ErrNotFound
-	}
-	return f(v)
+// volume runs f under the lock on the volume: ErrNotFound for an unknown volume unless create
+// is set, in which case the volume is created. The files map of the volume f gets is never nil.
+func (m *MemoryFS) volume(volumeID string, create bool, f func(v *memVolume) error) error {
+	return m.locked(volumeID, func() error {
+		v, ok := m.volumes[volumeID]
+		if !ok {
+			if !create {
+				return ErrNotFound
+			}
+			v = &memVolume{}
+			m.volumes[volumeID] = v
+		}
+		if v.files == nil {
+			v.files = make(map[string][]byte)
+		}
+		return f(v)
+	})
 }
 
 // NewMemoryFS returns an empty in-memory store.
@@ -106,31 +109,24 @@ func (m *MemoryFS) PathForVolume(volumeID string) string {
 
 // RemoveVolume removes the volume. Removing a missing volume succeeds.
 func (m *MemoryFS) RemoveVolume(volumeID string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.volumes, volumeID)
-	return nil
+	return m.locked(volumeID, func() error {
+		delete(m.volumes, volumeID)
+		return nil
+	})
 }
 
 // ListVolumes returns the IDs of all volumes in map order, nil when there are none.
 func (m *MemoryFS) ListVolumes() ([]string, error) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	var ids []string
-	for id := range m.volumes {
-		ids = append(ids, id)
-	}
-	return ids, nil
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Keys(m.volumes)), nil
 }
 
 // ReadMetadata decodes the volume's "metadata.json" entry: ErrNotFound when the volume or the
 // entry is missing, ErrInvalidJSON when it does not decode. Mounted comes from the volume's flag.
 func (m *MemoryFS) ReadMetadata(volumeID string) (metadata.Metadata, error) {
 	var meta metadata.Metadata
-	err := m.view(volumeID, func(v *memVolume) error {
+	err := m.volume(volumeID, false, func(v *memVolume) error {
 		raw, ok := v.files[metadataFileName]
 		if !ok {
 			return ErrNotFound
@@ -150,12 +146,12 @@ func (m *MemoryFS) ReadMetadata(volumeID string) (metadata.Metadata, error) {
 // WriteMetadata replaces the metadata of an existing volume (ErrNotFound otherwise). The stored
 // bytes are upstream's; a Mounted true sets the volume's flag, a false never clears it.
 func (m *MemoryFS) WriteMetadata(volumeID string, meta metadata.Metadata) error {
-	return m.update(volumeID, func(v *memVolume) error { return v.setMetadata(meta) })
+	return m.volume(volumeID, false, func(v *memVolume) error { return v.setMetadata(meta) })
 }
 
 // SetMounted records that the volume's publish succeeded.
 func (m *MemoryFS) SetMounted(volumeID string) error {
-	return m.update(volumeID, func(v *memVolume) error {
+	return m.volume(volumeID, false, func(v *memVolume) error {
 		v.mounted = true
 		return nil
 	})
@@ -166,41 +162,32 @@ func (m *MemoryFS) SetMounted(volumeID string) error {
 // the JSON decoder's error. Otherwise the whole record is replaced by meta, keeping only the
 // Mounted flag.
 func (m *MemoryFS) RegisterMetadata(meta metadata.Metadata) (bool, error) {
-	if err := ValidateVolumeID(meta.VolumeID); err != nil {
-		return false, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.volumes[meta.VolumeID]
-	if !ok {
-		v = &memVolume{files: make(map[string][]byte)}
-		m.volumes[meta.VolumeID] = v
-	}
-	if raw, ok := v.files[metadataFileName]; ok {
-		var stored metadata.Metadata
-		if err := json.Unmarshal(raw, &stored); err != nil {
-			return false, err
+	wrote := false
+	err := m.volume(meta.VolumeID, true, func(v *memVolume) error {
+		if raw, ok := v.files[metadataFileName]; ok {
+			var stored metadata.Metadata
+			if err := json.Unmarshal(raw, &stored); err != nil {
+				return err
+			}
+			if maps.Equal(meta.VolumeContext, stored.VolumeContext) {
+				return nil
+			}
 		}
-		if volumeContextEqual(meta.VolumeContext, stored.VolumeContext) {
-			return false, nil
-		}
-	}
-	meta.Mounted = false // the flag is kept; a registration never sets it
-	return true, v.setMetadata(meta)
+		wrote = true
+		meta.Mounted = false // the flag is kept; a registration never sets it
+		return v.setMetadata(meta)
+	})
+	return wrote, err
 }
 
+// setMetadata stores upstream's bytes of meta and sets the Mounted flag if meta.Mounted is true.
 func (v *memVolume) setMetadata(meta metadata.Metadata) error {
-	mounted := meta.Mounted
-	meta.Mounted = false
-	raw, err := json.Marshal(meta)
+	raw, err := upstreamJSON(meta)
 	if err != nil {
 		return err
 	}
-	if v.files == nil {
-		v.files = make(map[string][]byte)
-	}
 	v.files[metadataFileName] = raw
-	v.mounted = v.mounted || mounted
+	v.mounted = v.mounted || meta.Mounted
 	return nil
 }
 
@@ -209,21 +196,13 @@ func (v *memVolume) setMetadata(meta metadata.Metadata) error {
 // as the Filesystem would read those bytes from disk: an explicit "mounted" key wins, and
 // without one a volume is mounted exactly when nextIssuanceTime is present.
 func (m *MemoryFS) SetRawMetadata(volumeID string, raw []byte) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.volumes[volumeID]
-	if !ok {
-		v = &memVolume{files: make(map[string][]byte)}
-		m.volumes[volumeID] = v
-	}
-	v.files[metadataFileName] = append([]byte(nil), raw...)
-	if meta, err := decodeOnDisk(raw); err == nil {
-		v.mounted = meta.Mounted
-	}
-	return nil
+	return m.volume(volumeID, true, func(v *memVolume) error {
+		v.files[metadataFileName] = append([]byte(nil), raw...)
+		if meta, err := decodeOnDisk(raw); err == nil {
+			v.mounted = meta.Mounted
+		}
+		return nil
+	})
 }
 
 // ValidateMetadata accepts every metadata with a valid volume ID: MemoryFS checks nothing else.
@@ -235,10 +214,7 @@ func (m *MemoryFS) ValidateMetadata(meta metadata.Metadata) error {
 // names not in files stay, and a file named "metadata.json" replaces the metadata bytes. Any
 // name is accepted and no fsGroup is checked.
 func (m *MemoryFS) WriteFiles(meta metadata.Metadata, files map[string][]byte) error {
-	return m.update(meta.VolumeID, func(v *memVolume) error {
-		if v.files == nil {
-			v.files = make(map[string][]byte)
-		}
+	return m.volume(meta.VolumeID, false, func(v *memVolume) error {
 		for name, content := range files {
 			v.files[name] = append([]byte(nil), content...)
 		}
@@ -249,43 +225,40 @@ func (m *MemoryFS) WriteFiles(meta metadata.Metadata, files map[string][]byte) e
 // ReadFiles returns a copy of the volume's map: every data file and "metadata.json".
 func (m *MemoryFS) ReadFiles(volumeID string) (map[string][]byte, error) {
 	var out map[string][]byte
-	err := m.view(volumeID, func(v *memVolume) error {
+	err := m.volume(volumeID, false, func(v *memVolume) error {
 		out = make(map[string][]byte, len(v.files))
 		for name, content := range v.files {
 			out[name] = append([]byte(nil), content...)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out, err
 }
 
 // ReadFile returns what ReadFiles would hold for name ("metadata.json" included); ErrNotFound
 // for an unknown volume or name.
 func (m *MemoryFS) ReadFile(volumeID, name string) ([]byte, error) {
 	var out []byte
-	err := m.view(volumeID, func(v *memVolume) error {
-		b, ok := v.files[name]
-		if !ok {
-			return ErrNotFound
-		}
-		out = append([]byte(nil), b...)
-		return nil
+	err := m.volume(volumeID, false, func(v *memVolume) (err error) {
+		out, err = lookup(v.files, name)
+		return err
 	})
 	return out, err
+}
+
+// lookup returns a copy of files[name]; ErrNotFound when there is no such entry.
+func lookup(files map[string][]byte, name string) ([]byte, error) {
+	b, ok := files[name]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return append([]byte(nil), b...), nil
 }
 
 // Sweep applies the start-up sweep to the in-memory volumes (see Filesystem.Sweep), using
 // Mounter if set. A test calls it to simulate a driver restart on a shared store.
 func (m *MemoryFS) Sweep(log logr.Logger) SweepResult {
-	return sweep(log, m, m.Mounter, func(id string) bool {
-		m.mu.RLock()
-		defer m.mu.RUnlock()
-		_, ok := m.volumes[id]
-		return ok
-	}, nil)
+	return sweep(log, m, m.Mounter, nil)
 }
 
 // keepPendingKey sets a volume's pending key aside among the swept keys; see sweepStore.
@@ -307,45 +280,34 @@ func (m *MemoryFS) keepPendingKey(volumeID string) (bool, error) {
 // SweptPendingKeys returns the IDs of the volumes whose pending key Sweep kept, in map order;
 // nil when there are none.
 func (m *MemoryFS) SweptPendingKeys() ([]string, error) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	var ids []string
-	for id := range m.sweptKeys {
-		ids = append(ids, id)
-	}
-	return ids, nil
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Keys(m.sweptKeys)), nil
 }
 
 // ReadSweptPendingKey returns the pending key Sweep kept for a removed volume; ErrNotFound if
 // there is none.
 func (m *MemoryFS) ReadSweptPendingKey(volumeID string) ([]byte, error) {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return nil, err
-	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	data, ok := m.sweptKeys[volumeID]
-	if !ok {
-		return nil, ErrNotFound
-	}
-	return append([]byte(nil), data...), nil
+	var out []byte
+	err := m.locked(volumeID, func() (err error) {
+		out, err = lookup(m.sweptKeys, volumeID)
+		return err
+	})
+	return out, err
 }
 
 // RemoveSweptPendingKey removes the pending key Sweep kept for a removed volume; removing none
 // succeeds.
 func (m *MemoryFS) RemoveSweptPendingKey(volumeID string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.sweptKeys, volumeID)
-	return nil
+	return m.locked(volumeID, func() error {
+		delete(m.sweptKeys, volumeID)
+		return nil
+	})
 }
 
 // WritePendingKey replaces the volume's pending key (kept beside its files, not among them).
 func (m *MemoryFS) WritePendingKey(volumeID string, data []byte) error {
-	return m.update(volumeID, func(v *memVolume) error {
+	return m.volume(volumeID, false, func(v *memVolume) error {
 		v.pendingKey = append([]byte(nil), data...)
 		return nil
 	})
@@ -354,7 +316,7 @@ func (m *MemoryFS) WritePendingKey(volumeID string, data []byte) error {
 // ReadPendingKey returns the volume's pending key; ErrNotFound if there is none.
 func (m *MemoryFS) ReadPendingKey(volumeID string) ([]byte, error) {
 	var out []byte
-	err := m.view(volumeID, func(v *memVolume) error {
+	err := m.volume(volumeID, false, func(v *memVolume) error {
 		if v.pendingKey == nil {
 			return ErrNotFound
 		}
@@ -366,13 +328,10 @@ func (m *MemoryFS) ReadPendingKey(volumeID string) ([]byte, error) {
 
 // RemovePendingKey removes the volume's pending key; removing none succeeds.
 func (m *MemoryFS) RemovePendingKey(volumeID string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if v, ok := m.volumes[volumeID]; ok {
-		v.pendingKey = nil
-	}
-	return nil
+	return m.locked(volumeID, func() error {
+		if v, ok := m.volumes[volumeID]; ok {
+			v.pendingKey = nil
+		}
+		return nil
+	})
 }

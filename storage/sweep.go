@@ -58,10 +58,7 @@ type SweepResult struct {
 // documentation. It never fails as a whole: problems with one volume are logged and recorded in
 // the result. Call it only before the driver serves, never concurrently with publishes.
 func (f *Filesystem) Sweep() SweepResult {
-	return sweep(f.log, f, f.mounter, func(id string) bool {
-		_, err := os.Stat(f.volumeDir(id))
-		return err == nil
-	}, f.removeCrashLeftovers)
+	return sweep(f.log, f, f.mounter, f.removeCrashLeftovers)
 }
 
 // keepPendingKey moves a volume's pending key, if it has one, out of the volume's directory
@@ -91,16 +88,14 @@ func (f *Filesystem) keepPendingKey(id string) (bool, error) {
 func (f *Filesystem) removeCrashLeftovers(id string) ([]string, error) {
 	unlock := f.state.locks.LockNoContext(id)
 	defer unlock()
-	var removed []string
-	for _, dir := range []string{f.volumeDir(id), f.dataDir(id)} {
-		if err := checkDir(dir); err != nil {
-			return removed, err
-		}
+	if err := f.checkVolume(id); err != nil {
+		return nil, err
 	}
 	entries, err := os.ReadDir(f.volumeDir(id))
 	if err != nil {
-		return removed, err
+		return nil, err
 	}
+	var removed []string
 	for _, e := range entries {
 		if isTempFile(e.Name()) {
 			if err := os.Remove(filepath.Join(f.volumeDir(id), e.Name())); err != nil {
@@ -131,8 +126,9 @@ type sweepStore interface {
 
 // sweep removes never-mounted volumes (keeping their pending keys aside) and volumes without
 // metadata from store; for every kept volume it calls tidy (nil: nothing to tidy) to remove
-// what a crash left inside it.
-func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, exists func(string) bool, tidy func(id string) ([]string, error)) SweepResult {
+// what a crash left inside it. A listed volume whose metadata is not found has no metadata:
+// ListVolumes lists only existing volumes, and nothing else runs during a sweep.
+func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, tidy func(id string) ([]string, error)) SweepResult {
 	var res SweepResult
 	log = log.WithName("sweep")
 	ids, err := store.ListVolumes()
@@ -143,7 +139,7 @@ func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, exists fu
 	for _, id := range ids {
 		meta, err := store.ReadMetadata(id)
 		switch {
-		case errors.Is(err, ErrNotFound) && exists(id):
+		case errors.Is(err, ErrNotFound):
 			if err := store.RemoveVolume(id); err != nil {
 				log.Error(err, "Cannot remove volume without metadata", "volume_id", id)
 				res.Failed = append(res.Failed, id)
@@ -188,7 +184,7 @@ func sweep(log logr.Logger, store sweepStore, mounter mount.Interface, exists fu
 				res.Failed = append(res.Failed, id)
 				continue
 			}
-			log.Info("Removed volume whose publish never succeeded", "volume_id", id, "pod", podName(meta), "unmounted_target", unmounted)
+			log.Info("Removed volume whose publish never succeeded", "volume_id", id, "pod", meta.VolumeContext[metadata.PodNameVolumeContextKey], "unmounted_target", unmounted)
 			res.RemovedNeverMounted = append(res.RemovedNeverMounted, id)
 		}
 	}
@@ -214,8 +210,4 @@ func unmountIfMountPoint(mounter mount.Interface, path string) (bool, error) {
 		return false, nil
 	}
 	return true, mounter.Unmount(path)
-}
-
-func podName(meta metadata.Metadata) string {
-	return meta.VolumeContext[metadata.PodNameVolumeContextKey]
 }
