@@ -28,6 +28,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
 )
@@ -382,11 +383,12 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, read
 		}
 		return err
 	}
-	nit, window, err := renewalSchedule(req.Status.Certificate, v.id, iss.jitter)
+	leaf, err := certs.ParseLeaf(req.Status.Certificate)
 	if err != nil {
 		iss.keys.drop(reqKey)
 		return fmt.Errorf("CertificateRequest %s/%s: %w", namespace, name, err)
 	}
+	nit, window := renewalSchedule(leaf, v.id, iss.jitter)
 	// A driver that persists no NextIssuanceTime keeps none in its metadata: its renewals are
 	// not first certificates either.
 	firstCertificate := !hasCertificate(meta) && v.lastWritten() == nil
@@ -411,7 +413,7 @@ func (a *attempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, read
 		v.logger(iss.log).Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
 			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)
 	}
-	iss.board.certificateWritten(v, namespace, name, req.Status.Certificate, firstCertificate)
+	iss.board.certificateWritten(v, namespace, name, leaf.NotAfter, firstCertificate)
 	return nil
 }
 
