@@ -25,6 +25,7 @@ import (
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/go-logr/logr"
 
+	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -323,11 +324,12 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 		}
 		return err
 	}
-	nit, window, err := renewalSchedule(req.Status.Certificate, v.id, iss.jitter)
+	leaf, err := certs.ParseLeaf(req.Status.Certificate)
 	if err != nil {
 		iss.keys.drop(reqKey)
 		return fmt.Errorf("CertificateRequest %s/%s: %w", namespace, name, err)
 	}
+	nit, window := renewalSchedule(leaf, v.id, iss.jitter)
 	// A driver that persists no NextIssuanceTime keeps none in its metadata: its renewals are
 	// not first certificates either.
 	firstCertificate := !hasCertificate(meta) && v.lastWritten() == nil
@@ -352,7 +354,7 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 		v.logger(iss.log).Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
 			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)
 	}
-	iss.board.certificateWritten(v, namespace, name, req.Status.Certificate, firstCertificate)
+	iss.board.certificateWritten(v, namespace, name, leaf.NotAfter, firstCertificate)
 	return nil
 }
 

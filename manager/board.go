@@ -27,7 +27,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/metrics"
 )
 
@@ -193,15 +192,11 @@ func gateReason(err error) string {
 }
 
 // certificateWritten shows a written key pair: the volume's status, the certificate's expiry
-// for the watch, the Issued or Renewed event and, for a first certificate, the time since the
-// volume was registered.
-func (b *board) certificateWritten(v *managedVolume, namespace, name string, chain []byte, first bool) {
+// (notAfter, the written leaf's) for the watch, the Issued or Renewed event and, for a first
+// certificate, the time since the volume was registered.
+func (b *board) certificateWritten(v *managedVolume, namespace, name string, notAfter time.Time, first bool) {
 	if first {
 		b.metrics.ObservePublishToFirstCertificate(b.nodeHash, b.clock.Since(v.managedAt))
-	}
-	var notAfter time.Time
-	if leaf, err := certs.ParseLeaf(chain); err == nil {
-		notAfter = leaf.NotAfter
 	}
 	b.table.update(v, func(s *shownVolume) {
 		if w := b.watch(s); w != nil {

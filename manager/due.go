@@ -17,6 +17,7 @@ limitations under the License.
 package manager
 
 import (
+	"crypto/x509"
 	"hash/fnv"
 	"time"
 
@@ -115,17 +116,14 @@ func (w *renewalWindow) before(p time.Time) time.Time {
 }
 
 // renewalSchedule returns a new certificate's default next issuance time, the renewal point R
-// (certs.RenewalPoint) placed in its window, and the window (nil without jitter). The draw
+// (certs.RenewalPoint) placed in its window, and the window (nil without jitter). cert is the
+// leaf of the issued chain, parsed once by the caller, which also reads its expiry. The draw
 // depends only on the volume ID and the certificate's serial number, so a restart computes the
 // same.
-func renewalSchedule(chain []byte, volumeID string, jitter float64) (time.Time, *renewalWindow, error) {
-	cert, err := certs.ParseLeaf(chain)
-	if err != nil {
-		return time.Time{}, nil, err
-	}
+func renewalSchedule(cert *x509.Certificate, volumeID string, jitter float64) (time.Time, *renewalWindow) {
 	r := certs.RenewalPoint(cert)
 	if jitter <= 0 {
-		return r, nil, nil
+		return r, nil
 	}
 	h := fnv.New64a()
 	h.Write([]byte(volumeID))
@@ -136,7 +134,7 @@ func renewalSchedule(chain []byte, volumeID string, jitter float64) (time.Time, 
 		jitter:    jitter,
 		fraction:  float64(h.Sum64()>>11) / (1 << 53), // uniform in [0, 1)
 	}
-	return w.before(r), w, nil
+	return w.before(r), w
 }
 
 // hasCertificate reports whether metadata records an issued certificate: a NextIssuanceTime

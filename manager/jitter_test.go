@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -40,6 +41,17 @@ func signedChain(t *testing.T, ca *testkit.CA, notBefore time.Time, life time.Du
 	return chain
 }
 
+// scheduleOf is renewalSchedule's time for the leaf of chain.
+func scheduleOf(t *testing.T, chain []byte, volumeID string, jitter float64) time.Time {
+	t.Helper()
+	leaf, err := certs.ParseLeaf(chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, _ := renewalSchedule(leaf, volumeID, jitter)
+	return at
+}
+
 // TestRenewalJitterWindow: every draw lies in [R − f·(R − NotBefore), R], never after upstream's
 // point R; the draws spread over the window; the same volume and certificate always give the
 // same time (so a restarted manager computes what the first one did); zero is upstream's R.
@@ -55,20 +67,17 @@ func TestRenewalJitterWindow(t *testing.T) {
 		chain := signedChain(t, ca, start, life)
 		id := fmt.Sprintf("vol-%d", i)
 		r, _ := defaultNextIssuanceTime(chain)
-		got, _, err := renewalSchedule(chain, id, f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := scheduleOf(t, chain, id, f)
 		window := time.Duration(f * float64(r.Sub(start)))
 		if got.After(r) || got.Before(r.Add(-window)) {
 			t.Fatalf("draw %v outside [%v, %v]", got, r.Add(-window), r)
 		}
 		earlier := r.Sub(got)
 		lowest, highest = min(lowest, earlier), max(highest, earlier)
-		if again, _, _ := renewalSchedule(chain, id, f); !again.Equal(got) {
+		if again := scheduleOf(t, chain, id, f); !again.Equal(got) {
 			t.Fatalf("the draw for one volume and certificate changed: %v then %v", got, again)
 		}
-		if off, _, _ := renewalSchedule(chain, id, 0); !off.Equal(r) {
+		if off := scheduleOf(t, chain, id, 0); !off.Equal(r) {
 			t.Fatalf("jitter 0 gave %v, want upstream's %v", off, r)
 		}
 	}
@@ -85,7 +94,7 @@ func TestRenewalJitterEndToEnd(t *testing.T) {
 	e.register("v1", false)
 	m := e.start()
 	issued := e.manageAndIssue("v1")
-	want, _, _ := renewalSchedule(issued.Status.Certificate, "v1", 0.5)
+	want := scheduleOf(t, issued.Status.Certificate, "v1", 0.5)
 	upstream, _ := defaultNextIssuanceTime(issued.Status.Certificate)
 	stored, _ := e.store.ReadMetadata("v1")
 	if stored.NextIssuanceTime == nil || !stored.NextIssuanceTime.Equal(want) || !want.Before(upstream) {

@@ -195,12 +195,28 @@ func (k *pendingKeys) dropLocked(reqKey string) {
 	if k.store == nil {
 		return
 	}
-	persisted, _, found, err := k.readLocked(pk.volumeID)
-	if found && (err != nil || persisted == reqKey) {
+	data, err := k.store.ReadPendingKey(pk.volumeID)
+	if err != nil {
+		return // none, or unreadable: left alone
+	}
+	if goesWithRequest(data, reqKey) {
 		if err := k.store.RemovePendingKey(pk.volumeID); err != nil {
 			k.log.Error(err, "Removing a persisted pending key", "volume_id", pk.volumeID, "request", reqKey)
 		}
 	}
+}
+
+// goesWithRequest reports whether a persisted key (data) is removed with the request reqKey:
+// its header names that request, or it cannot be decoded (decodePendingKey fails). Every
+// successful issuance asks this of its own key, so the key is parsed only when the header names
+// another request, the one case where whether it decodes decides.
+func goesWithRequest(data []byte, reqKey string) bool {
+	block, _ := pem.Decode(data)
+	if block == nil || block.Headers[pendingKeyRequestHeader] == reqKey {
+		return true
+	}
+	_, err := pendingKeySigner(block)
+	return err != nil
 }
 
 // requestDeleted forgets everything held for a request that no longer exists: its key in
@@ -294,15 +310,24 @@ func decodePendingKey(data []byte) (reqKey string, key crypto.Signer, err error)
 	if block == nil {
 		return "", nil, errors.New("persisted pending key is not PEM")
 	}
+	signer, err := pendingKeySigner(block)
+	if err != nil {
+		return "", nil, err
+	}
+	return block.Headers[pendingKeyRequestHeader], signer, nil
+}
+
+// pendingKeySigner parses the key of a persisted key's PEM block.
+func pendingKeySigner(block *pem.Block) (crypto.Signer, error) {
 	parsed, err := x509.ParsePKCS8PrivateKey(block.Bytes)
 	if err != nil {
-		return "", nil, fmt.Errorf("parsing persisted pending key: %w", err)
+		return nil, fmt.Errorf("parsing persisted pending key: %w", err)
 	}
 	signer, ok := parsed.(crypto.Signer)
 	if !ok {
-		return "", nil, fmt.Errorf("persisted pending key of type %T cannot sign", parsed)
+		return nil, fmt.Errorf("persisted pending key of type %T cannot sign", parsed)
 	}
-	return block.Headers[pendingKeyRequestHeader], signer, nil
+	return signer, nil
 }
 
 // keyMatchesRequest reports whether key is the private key of the request's CSR.

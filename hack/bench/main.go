@@ -30,7 +30,8 @@ limitations under the License.
 //     reference: its first check on a 1 s tick, then retries separated by the same gate
 //     backoff's steps (simulated with the same jitter; upstream's source is not needed).
 //   - idle: cost of N issued volumes that are not yet due: CPU, storage reads, goroutines, heap.
-//   - issue: wall and CPU time to issue N volumes, and at 2N.
+//   - issue: wall and CPU time to issue N volumes, and at 2N, beside the crypto floor: the CPU
+//     per volume of the keys, CSRs and certificates alone (see cryptoFloor).
 //   - start: NewManager with N mounted volumes, on MemoryFS and on Filesystem.
 //   - heap: the heap after GC once N volumes are issued, their requests in the informer, the
 //     fake API's objects and the in-memory store included, in all and per volume
@@ -128,10 +129,19 @@ func main() {
 	}
 	if run("issue") {
 		fmt.Println("3. issue N volumes at once (auto-signer, real ECDSA keys and certificates)")
+		floorN := 3000
+		if *quick {
+			floorN = 500
+		}
+		driverFloor, signerFloor := cryptoFloor(ca, floorN)
+		floor := driverFloor + signerFloor
 		for _, n := range []int{issueN, 2 * issueN} {
 			wall, cpu := issueScenario(ca, n)
-			fmt.Printf("   N=%-6d wall %7.2fs  CPU %7.2fs  CPU per volume %.2f ms\n", n, wall.Seconds(), cpu.Seconds(), cpu.Seconds()*1000/float64(n))
+			perVolume := cpu / time.Duration(n)
+			fmt.Printf("   N=%-6d wall %7.2fs  CPU %7.2fs  CPU per volume %.2f ms (crypto floor %.2f ms: %.1fx)\n", n, wall.Seconds(), cpu.Seconds(), ms(perVolume), ms(floor), float64(perVolume)/float64(floor))
 		}
+		fmt.Printf("   crypto floor, CPU per volume of the cryptography alone (one goroutine, %d volumes): the driver's P-256 key,\n", floorN)
+		fmt.Printf("   CSR and their PEM %.2f ms + the in-process signer's CSR parse and check, certificate and its PEM %.2f ms = %.2f ms\n", ms(driverFloor), ms(signerFloor), ms(floor))
 		fmt.Println()
 	}
 	if run("start") {
@@ -513,6 +523,44 @@ func startScenario(n int) (time.Duration, time.Duration) {
 	}
 	return measure(mem), measure(fs)
 }
+
+// cryptoFloor measures, as issueScenario does (the process's CPU time) and on one goroutine,
+// the cryptography of n issuances and nothing else, and returns its CPU per volume in two
+// parts. driver is what the benchmark's driver functions do for a volume (GeneratePrivateKey,
+// SignRequest and the key's PEM in WriteKeypair: a P-256 key, a CSR signed with it, both
+// PEM-encoded). signer is what the auto-signer does for the volume's request (CA.Sign: parsing
+// the CSR and checking its signature, signing the certificate, its PEM). issueScenario's CPU
+// includes both, since the signer runs in the same process, so the floor does too. Nothing of
+// the library is in it: not the pending key's PKCS #8 and PEM, not the leaf's parsing.
+func cryptoFloor(ca *testkit.CA, n int) (driver, signer time.Duration) {
+	metas := make([]metadata.Metadata, n)
+	for i := range metas {
+		metas[i] = volumeMeta(fmt.Sprintf("floor-%d", i), nil)
+	}
+	csrs := make([][]byte, n)
+	runtime.GC()
+	cpu0 := cpuTime()
+	for i, meta := range metas {
+		key, err := testkit.GenerateKey(meta)
+		must(err)
+		csrs[i], err = testkit.SignCSR(meta, key, &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeID}})
+		must(err)
+		_, err = testkit.KeyPEM(key)
+		must(err)
+	}
+	driver = cpuTime() - cpu0
+	runtime.GC()
+	cpu0 = cpuTime()
+	for _, csr := range csrs {
+		_, err := ca.Sign(csr, time.Now(), time.Hour)
+		must(err)
+	}
+	signer = cpuTime() - cpu0
+	return driver / time.Duration(n), signer / time.Duration(n)
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
