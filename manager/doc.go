@@ -26,12 +26,14 @@ limitations under the License.
 //
 //	manager.go      the public API (options.go: Options and their defaults); wires the owners;
 //	                Stop, through the lifetime (lifetime.go) its goroutines register with
-//	table.go        the managed volumes, by ID and by pod, with the count of volumes in each
-//	                state; every change to what is shown of a volume passes its changeLocked,
-//	                which tells the board
-//	volume.go       one registration, under its own lock: its status (see the diagram below),
-//	                its pod, its last write, the attempt in flight and the fence that
-//	                UnmanageVolume closes after a running WriteKeypair; volumectx.go, its context
+//	table.go        the managed volumes, by ID and by pod, with what is shown of each and the
+//	                count of volumes in each state; every change to what is shown of a volume
+//	                passes its changeLocked, which tells the board
+//	status.go       what is shown of a volume: its status (see the diagram below), moved only by
+//	                named events, and what is watched of its certificate
+//	volume.go       one registration, under its own lock: its pod, its last write, the attempt
+//	                in flight and the fence that UnmanageVolume closes after a running
+//	                WriteKeypair; volumectx.go, its context
 //	series.go       the metric series of departed volumes, deleted after a retention
 //	loop.go         one per volume, on its own goroutine: wait until due → attempt → wait by the
 //	                outcome's class; a caller's attempt runs here too, before the loop starts;

@@ -32,12 +32,12 @@ import (
 // changeLocked, which keeps the counts and tells the observer (the board): that is the one
 // place a volume's state moves.
 //
-// The table's lock guards the table; a volume's own lock guards the volume, and the table takes
-// it after its own.
+// The table's lock guards the table and what is shown of each volume; a volume's own lock guards
+// the volume, and the table takes it after its own.
 type volumeTable struct {
 	mu      sync.Mutex
 	stopped bool
-	byID    map[string]*managedVolume
+	byID    map[string]*tableEntry
 	// byPod holds the IDs of each pod's volumes: a slice, as a pod rarely has more than one.
 	byPod  map[types.UID][]string
 	counts map[string]int // registered volumes by state
@@ -46,6 +46,12 @@ type volumeTable struct {
 	terminating map[types.UID]time.Time
 	// observer is told of every change, under the table's lock and the volume's.
 	observer tableObserver
+}
+
+// tableEntry is a registered volume and what is shown of it.
+type tableEntry struct {
+	v     *managedVolume
+	shown shownVolume
 }
 
 // tableObserver is what the table tells of its changes, under its lock and the volume's; it
@@ -61,7 +67,7 @@ type tableObserver interface {
 
 func newVolumeTable() *volumeTable {
 	return &volumeTable{
-		byID:        make(map[string]*managedVolume),
+		byID:        make(map[string]*tableEntry),
 		byPod:       make(map[types.UID][]string),
 		terminating: make(map[types.UID]time.Time),
 		counts:      make(map[string]int),
@@ -76,13 +82,14 @@ func (t *volumeTable) add(v *managedVolume, meta *metadata.Metadata) bool {
 	if t.stopped || t.byID[v.id] != nil {
 		return false
 	}
-	t.byID[v.id] = v
+	e := &tableEntry{v: v}
+	t.byID[v.id] = e
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	t.counts[v.shown.status.state()]++
+	t.counts[e.shown.status.state()]++
 	t.observer.countsChanged(t.counts)
 	if meta != nil {
-		t.noteLocked(v, *meta)
+		t.noteLocked(e, *meta)
 	}
 	return true
 }
@@ -93,16 +100,17 @@ func (t *volumeTable) add(v *managedVolume, meta *metadata.Metadata) bool {
 func (t *volumeTable) remove(v *managedVolume) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.byID[v.id] != v {
+	e := t.entryLocked(v)
+	if e == nil {
 		return false
 	}
 	delete(t.byID, v.id)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	t.dropPodLocked(v)
-	t.counts[v.shown.status.state()]--
+	t.counts[e.shown.status.state()]--
 	t.observer.countsChanged(t.counts)
-	t.observer.removed(v, &v.shown)
+	t.observer.removed(v, &e.shown)
 	return true
 }
 
@@ -111,26 +119,35 @@ func (t *volumeTable) remove(v *managedVolume) bool {
 func (t *volumeTable) update(v *managedVolume, change func(s *shownVolume)) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.byID[v.id] != v {
+	e := t.entryLocked(v)
+	if e == nil {
 		return false
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	t.changeLocked(v, change)
+	t.changeLocked(e, change)
 	return true
 }
 
-// changeLocked runs change on v's shown state, keeps the counts in step with the state it
-// leaves, and tells the observer. The table's lock and v's are held.
-func (t *volumeTable) changeLocked(v *managedVolume, change func(s *shownVolume)) {
-	before := v.shown.status.state()
-	change(&v.shown)
-	if after := v.shown.status.state(); after != before {
+// entryLocked is v's entry; nil if v is not, or no longer, registered. The table's lock is held.
+func (t *volumeTable) entryLocked(v *managedVolume) *tableEntry {
+	if e := t.byID[v.id]; e != nil && e.v == v {
+		return e
+	}
+	return nil
+}
+
+// changeLocked runs change on what is shown of e's volume, keeps the counts in step with the
+// state it leaves, and tells the observer. The table's lock and the volume's are held.
+func (t *volumeTable) changeLocked(e *tableEntry, change func(s *shownVolume)) {
+	before := e.shown.status.state()
+	change(&e.shown)
+	if after := e.shown.status.state(); after != before {
 		t.counts[before]--
 		t.counts[after]++
 		t.observer.countsChanged(t.counts)
 	}
-	t.observer.shown(v, &v.shown)
+	t.observer.shown(e.v, &e.shown)
 }
 
 // showAllCounts tells the observer the counts as they are.
@@ -144,7 +161,10 @@ func (t *volumeTable) showAllCounts() {
 func (t *volumeTable) get(id string) *managedVolume {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.byID[id]
+	if e := t.byID[id]; e != nil {
+		return e.v
+	}
+	return nil
 }
 
 // note records what a registered volume's metadata says: its pod (filed under the pod's UID,
@@ -153,15 +173,17 @@ func (t *volumeTable) get(id string) *managedVolume {
 func (t *volumeTable) note(v *managedVolume, meta metadata.Metadata) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.byID[v.id] != v {
+	e := t.entryLocked(v)
+	if e == nil {
 		return
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	t.noteLocked(v, meta)
+	t.noteLocked(e, meta)
 }
 
-func (t *volumeTable) noteLocked(v *managedVolume, meta metadata.Metadata) {
+func (t *volumeTable) noteLocked(e *tableEntry, meta metadata.Metadata) {
+	v := e.v
 	if pod := podOf(meta); podUID(v.pod) != podUID(pod) {
 		t.dropPodLocked(v)
 		v.pod = pod
@@ -172,7 +194,7 @@ func (t *volumeTable) noteLocked(v *managedVolume, meta metadata.Metadata) {
 			}
 		}
 	}
-	t.changeLocked(v, func(s *shownVolume) {
+	t.changeLocked(e, func(s *shownVolume) {
 		if hasCertificate(meta) {
 			s.status.apply(eventHasCertificate)
 		}
@@ -218,7 +240,7 @@ func (t *volumeTable) podTerminates(uid types.UID, now time.Time) int {
 		t.terminating[uid] = now
 	}
 	for _, id := range t.byPod[uid] {
-		t.byID[id].podTerminates()
+		t.byID[id].v.podTerminates()
 	}
 	return len(t.byPod[uid])
 }
@@ -252,7 +274,7 @@ func (t *volumeTable) podVolumes(uid types.UID) []string {
 func (t *volumeTable) markLoopStarted(v *managedVolume) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.stopped || t.byID[v.id] != v {
+	if t.stopped || t.entryLocked(v) == nil {
 		return false
 	}
 	v.mu.Lock()
@@ -276,8 +298,8 @@ func (t *volumeTable) stop() []*managedVolume {
 	defer t.mu.Unlock()
 	t.stopped = true
 	vols := make([]*managedVolume, 0, len(t.byID))
-	for _, v := range t.byID {
-		vols = append(vols, v)
+	for _, e := range t.byID {
+		vols = append(vols, e.v)
 	}
 	return vols
 }

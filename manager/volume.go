@@ -30,10 +30,11 @@ import (
 // publish, or the resumption at start-up) to UnmanageVolume, Stop or the loss of its metadata.
 //
 // The volume owns its state and guards all of it with mu; what other owners need of it they ask
-// for through its methods. The volume table takes mu, after its own lock, when it files the
-// volume under its pod, marks its loop started or changes what the board shows of it (the
-// shown state and the table's counts change together); nothing holding mu takes another lock of
-// the manager's, except the pod conditions' from the board while it shows a volume.
+// for through its methods. What is shown of it is the volume table's (see tableEntry). The table
+// takes mu, after its own lock, when it files the volume under its pod, marks its loop started or
+// changes what is shown of it, so that the board reads the volume's pod and flags as they are;
+// nothing holding mu takes another lock of the manager's, except the pod conditions' from the
+// board while it shows a volume.
 type managedVolume struct {
 	id        string
 	managedAt time.Time
@@ -52,8 +53,6 @@ type managedVolume struct {
 	lastWrite *keypairWrite
 	// inFlight is the attempt running for the volume; nil between attempts.
 	inFlight *attemptInFlight
-	// shown is what the board shows of the volume.
-	shown shownVolume
 }
 
 // volumeFlags are the facts of a volume's registration that only ever become true.
@@ -93,27 +92,6 @@ type attemptInFlight struct {
 	end     context.CancelCauseFunc
 	writing chan struct{}
 }
-
-const (
-	outcomeNone outcome = iota
-	outcomeGatePending
-	outcomeFailed
-)
-
-const (
-	// eventHasCertificate: the volume's metadata records a certificate.
-	eventHasCertificate volumeEvent = iota
-	// eventWritten: a key pair was written; what was wrong before is over.
-	eventWritten
-	// eventGatePending: the readiness gate said "not yet".
-	eventGatePending
-	// eventFailed: an attempt failed with an issuance error.
-	eventFailed
-	// eventOverdue: the certificate is past its renewal point by the margin, not renewed.
-	eventOverdue
-	// eventExpired: the certificate is past its NotAfter, not renewed.
-	eventExpired
-)
 
 func newVolume(id string, now time.Time, resumed bool) *managedVolume {
 	v := &managedVolume{id: id, managedAt: now, requeue: make(chan struct{}, 1)}
@@ -231,92 +209,4 @@ func (v *managedVolume) logger(log logr.Logger) logr.Logger {
 		return log.WithValues("volume_id", v.id, "pod", pod.name)
 	}
 	return log.WithValues("volume_id", v.id)
-}
-
-// shownVolume is what the board shows of a volume: its state, and what it watches of the
-// volume's certificate.
-type shownVolume struct {
-	status volumeStatus
-	// watch exists only when the board watches certificates.
-	watch *certificateWatch
-}
-
-// outcome is the class of a volume's last attempt, for its state.
-type outcome int
-
-// volumeStatus is what a volume's state in certmanager_csi_volumes is derived from. It changes
-// only through apply.
-type volumeStatus struct {
-	hasCertificate   bool
-	last             outcome
-	overdue, expired bool
-}
-
-// volumeEvent is what moves a volume's status (see the package documentation's diagram).
-type volumeEvent int
-
-// apply moves the status by ev, and reports whether it changed: the one place where a volume's
-// status changes.
-func (s *volumeStatus) apply(ev volumeEvent) bool {
-	before := *s
-	switch ev {
-	case eventHasCertificate:
-		s.hasCertificate = true
-	case eventWritten:
-		*s = volumeStatus{hasCertificate: true}
-	case eventGatePending:
-		s.last = outcomeGatePending
-	case eventFailed:
-		s.last = outcomeFailed
-	case eventOverdue:
-		s.overdue = true
-	case eventExpired:
-		s.expired = true
-	}
-	return *s != before
-}
-
-// state names the volume's state (metrics.VolumeStates); the worst condition wins.
-func (s volumeStatus) state() string {
-	switch {
-	case s.expired:
-		return "expired"
-	case s.overdue:
-		return "overdue"
-	case s.last == outcomeFailed:
-		return "failing"
-	case s.last == outcomeGatePending:
-		return "gate_pending"
-	case s.hasCertificate:
-		return "issued"
-	default:
-		return "pending"
-	}
-}
-
-// stopWatch stops a certificate watch's overdue and expiry timers; w may be nil.
-func stopWatch(w *certificateWatch) {
-	if w == nil {
-		return
-	}
-	for _, stop := range w.stops {
-		stop()
-	}
-	w.stops = nil
-	w.renewAt = time.Time{}
-}
-
-// certificateWatch is what the board knows of the certificate in a volume, and the timers that
-// fire when it becomes overdue and when it expires.
-type certificateWatch struct {
-	notAfter time.Time
-	// expiryUnknown: the volume has a certificate from before a restart whose expiry could not
-	// be learned (its request is gone); it counts as valid.
-	expiryUnknown bool
-	renewAt       time.Time // the renewal time the timers were armed for
-	generation    uint64    // changes with every certificate written; stale timers do nothing
-	stops         []func() bool
-	// gatePendingSince is when the gate started saying "not yet"; zero when it is not.
-	gatePendingSince time.Time
-	gateEventSent    bool
 }
