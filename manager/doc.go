@@ -43,7 +43,8 @@ limitations under the License.
 //	attempt.go      one attempt's steps, top to bottom, handing each to the owners below
 //	admission.go    the node-wide limits: slots and a rate bucket, first come first served
 //	keys.go         the private keys of submitted requests, in memory and beside the metadata,
-//	                and those the start-up sweep kept; the only writer of key files
+//	                and those the start-up sweep kept; the only writer of key files, whose
+//	                format is keyfile.go's
 //	lookup.go       a volume's requests, from the informer's cache or, when it is stale, the
 //	                apiserver
 //	create.go       building, creating, settling (a create whose outcome is unknown) and deleting

@@ -18,8 +18,6 @@ package manager
 
 import (
 	"crypto"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"sync"
@@ -80,9 +78,6 @@ type heldKey struct {
 	created bool
 }
 
-// pendingKeyRequestHeader is the PEM header naming the request a persisted key belongs to.
-const pendingKeyRequestHeader = "CertificateRequest"
-
 func newPendingKeys(log logr.Logger, store storage.MetadataReader) *pendingKeys {
 	k := &pendingKeys{log: log, inMemory: make(map[string]heldKey), unseen: make(map[string]string), sweptFor: make(map[string]string)}
 	k.store, _ = store.(storage.PendingKeyStore)
@@ -103,12 +98,11 @@ func (k *pendingKeys) remember(log logr.Logger, volumeID, reqKey string, key cry
 	if k.store == nil {
 		return
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
+	data, err := encodePendingKey(key, reqKey)
 	if err != nil {
 		log.V(2).Info("Cannot persist the private key of a pending request; it will not survive a restart", "request", reqKey, "key_type", fmt.Sprintf("%T", key))
 		return
 	}
-	data := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Headers: map[string]string{pendingKeyRequestHeader: reqKey}, Bytes: der})
 	if err := k.store.WritePendingKey(volumeID, data); err != nil {
 		log.Error(err, "Cannot persist the private key of a pending request; it will not survive a restart", "request", reqKey)
 	}
@@ -206,19 +200,6 @@ func (k *pendingKeys) dropLocked(reqKey string) {
 	}
 }
 
-// goesWithRequest reports whether a persisted key (data) is removed with the request reqKey:
-// its header names that request, or it cannot be decoded (decodePendingKey fails). Every
-// successful issuance asks this of its own key, so the key is parsed only when the header names
-// another request, the one case where whether it decodes decides.
-func goesWithRequest(data []byte, reqKey string) bool {
-	block, _ := pem.Decode(data)
-	if block == nil || block.Headers[pendingKeyRequestHeader] == reqKey {
-		return true
-	}
-	_, err := pendingKeySigner(block)
-	return err != nil
-}
-
 // requestDeleted forgets everything held for a request that no longer exists: its key in
 // memory, its persisted key and a kept key of a swept volume.
 func (k *pendingKeys) requestDeleted(reqKey string) {
@@ -302,46 +283,6 @@ func (k *pendingKeys) readLocked(volumeID string) (reqKey string, key crypto.Sig
 	}
 	reqKey, key, err = decodePendingKey(data)
 	return reqKey, key, true, err
-}
-
-// decodePendingKey decodes a persisted key: the request its header names, and the key.
-func decodePendingKey(data []byte) (reqKey string, key crypto.Signer, err error) {
-	block, _ := pem.Decode(data)
-	if block == nil {
-		return "", nil, errors.New("persisted pending key is not PEM")
-	}
-	signer, err := pendingKeySigner(block)
-	if err != nil {
-		return "", nil, err
-	}
-	return block.Headers[pendingKeyRequestHeader], signer, nil
-}
-
-// pendingKeySigner parses the key of a persisted key's PEM block.
-func pendingKeySigner(block *pem.Block) (crypto.Signer, error) {
-	parsed, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("parsing persisted pending key: %w", err)
-	}
-	signer, ok := parsed.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("persisted pending key of type %T cannot sign", parsed)
-	}
-	return signer, nil
-}
-
-// keyMatchesRequest reports whether key is the private key of the request's CSR.
-func keyMatchesRequest(key crypto.Signer, req *cmapi.CertificateRequest) bool {
-	block, _ := pem.Decode(req.Spec.Request)
-	if block == nil {
-		return false
-	}
-	csr, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil {
-		return false
-	}
-	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
-	return ok && pub.Equal(csr.PublicKey)
 }
 
 // sweptKeyGrace is how long a kept key waits for its volume to be published again: more than
