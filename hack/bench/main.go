@@ -124,8 +124,8 @@ func main() {
 	if run("idle") {
 		r := idleScenario(idleN, idleFor)
 		fmt.Printf("2. idle, %d issued volumes not yet due, measured for %s\n", idleN, idleFor)
-		fmt.Printf("   CPU %.5f cores, storage reads %.1f/s, %.2f goroutines/volume, %.1f KiB heap/volume\n\n",
-			r.cores, r.readsPerSec, r.goroutinesPerVolume, r.heapPerVolumeKiB)
+		fmt.Printf("   CPU %.5f cores, storage reads %.1f/s, %.2f goroutines/volume, %.1f KiB heap/volume, %.1f KiB goroutine stack/volume\n\n",
+			r.cores, r.readsPerSec, r.goroutinesPerVolume, r.heapPerVolumeKiB, r.stackPerVolumeKiB)
 	}
 	if run("issue") {
 		fmt.Println("3. issue N volumes at once (auto-signer, real ECDSA keys and certificates)")
@@ -395,6 +395,9 @@ func gateAsks(mu *sync.Mutex, asks *int) int {
 
 type idleResult struct {
 	cores, readsPerSec, goroutinesPerVolume, heapPerVolumeKiB float64
+	// stackPerVolumeKiB is the goroutine stacks in use per volume (runtime.MemStats.StackInuse),
+	// which HeapAlloc leaves out: what a volume's own goroutine costs beyond the heap.
+	stackPerVolumeKiB float64
 }
 
 func idleScenario(n int, d time.Duration) idleResult {
@@ -425,6 +428,7 @@ func idleScenario(n int, d time.Duration) idleResult {
 		readsPerSec:         float64(reads) / d.Seconds(),
 		goroutinesPerVolume: float64(g) / float64(n),
 		heapPerVolumeKiB:    float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / 1024 / float64(n),
+		stackPerVolumeKiB:   float64(int64(after.StackInuse)-int64(before.StackInuse)) / 1024 / float64(n),
 	}
 }
 
