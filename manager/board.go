@@ -85,13 +85,6 @@ func (b *board) removed(v *managedVolume, shown *shownVolume) {
 	stopWatch(shown.watch)
 }
 
-// stopWatches stops the volumes' timers; their counts stay.
-func (b *board) stopWatches(vols []*managedVolume) {
-	for _, v := range vols {
-		b.table.update(v, func(s *shownVolume) { stopWatch(s.watch) })
-	}
-}
-
 // shown tells the pod conditions what the volume contributes now. The table's lock and the
 // volume's are held.
 func (b *board) shown(v *managedVolume, s *shownVolume) {

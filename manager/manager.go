@@ -375,7 +375,6 @@ func (m *Manager) PodTerminating(podUID types.UID) {
 func (m *Manager) Stop() {
 	m.stopOnce.Do(func() {
 		vols := m.table.stop()
-		m.board.stopWatches(vols)
 		m.life.cancel()
 		for _, v := range vols {
 			// No fence: Stop must not wait for a WriteKeypair.

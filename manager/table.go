@@ -292,7 +292,8 @@ func (t *volumeTable) isStopped() bool {
 	return t.stopped
 }
 
-// stop refuses further registrations and returns the registered volumes, which stay registered.
+// stop refuses further registrations, stops every volume's certificate timers, and returns the
+// registered volumes, which stay registered and keep their counts; the observer is not told.
 func (t *volumeTable) stop() []*managedVolume {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -300,6 +301,7 @@ func (t *volumeTable) stop() []*managedVolume {
 	vols := make([]*managedVolume, 0, len(t.byID))
 	for _, e := range t.byID {
 		vols = append(vols, e.v)
+		stopWatch(e.shown.watch)
 	}
 	return vols
 }
