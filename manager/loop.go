@@ -219,12 +219,8 @@ func (l *loop) gateOpens() (open, alive bool) {
 // not an issuance failure.
 func (l *loop) issue() error {
 	v := l.v
-	drainRequeue(v)
 	ctx, deadline, end, cancel := attemptContext(l.iss.clock, v)
-	v.attemptStarted(end)
-	err := (&issueAttempt{iss: l.iss, v: v, tr: l.tr, deadline: deadline}).issue(ctx)
-	v.attemptDone()
-	err = podTerminatedAttempt(ctx, err)
+	err := (&issueAttempt{iss: l.iss, v: v, tr: l.tr, deadline: deadline}).run(ctx, end)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
 	cancel()
@@ -241,32 +237,29 @@ func (l *loop) issue() error {
 // gate already. Every error it returns counts as an issuance error, the gate's refusal and the
 // caller's deadline included.
 func (iss *issuer) issueForCaller(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
-	drainRequeue(v)
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(&v.ctx, func() { cancel(errStopped) })
-	v.attemptStarted(cancel)
-	err := (&issueAttempt{iss: iss, v: v, known: &meta, gateOpen: gateOpen}).issue(ctx)
-	v.attemptDone()
-	err = podTerminatedAttempt(ctx, err)
+	err := (&issueAttempt{iss: iss, v: v, known: &meta, gateOpen: gateOpen}).run(ctx, cancel)
 	stop()
 	cancel(nil)
 	iss.board.attemptEnded(v, err, true, 0)
 	return err
 }
 
-// podTerminatedAttempt is an attempt's error, made to match ErrPodTerminating if the attempt was
-// ended because its pod terminates (the calls it was in may report only a cancelled context).
-func podTerminatedAttempt(ctx context.Context, err error) error {
+// run makes the attempt under ctx, which end ends with a cause (unmanaged, the pod terminating,
+// the deadline), as the volume's attempt in flight. A Requeue that arrived before it is dropped:
+// the attempt answers it. An attempt ended because its pod terminates returns an error matching
+// ErrPodTerminating, whatever the call it was in reported (often only a cancelled context).
+func (a *issueAttempt) run(ctx context.Context, end context.CancelCauseFunc) error {
+	select {
+	case <-a.v.requeue:
+	default:
+	}
+	a.v.attemptStarted(end)
+	err := a.issue(ctx)
+	a.v.attemptDone()
 	if err != nil && !errors.Is(err, ErrPodTerminating) && errors.Is(context.Cause(ctx), ErrPodTerminating) {
 		return fmt.Errorf("%w: %v", ErrPodTerminating, err)
 	}
 	return err
-}
-
-// drainRequeue drops a Requeue that arrived before an attempt: the attempt answers it.
-func drainRequeue(v *managedVolume) {
-	select {
-	case <-v.requeue:
-	default:
-	}
 }
