@@ -37,6 +37,7 @@ import (
 	"github.com/cert-manager/csi-lib/approval"
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -107,7 +108,7 @@ func (r *requests) originAnnotations(meta metadata.Metadata, fromBundle map[stri
 	return annotations, nil
 }
 
-// create creates req with client, whose account who names (driverAccount, podAccount) for a
+// create creates req with client, whose account who names (apicall.DriverAccount, apicall.PodAccount) for a
 // refusal's text, recording its place in this process's creation order first (kept when the
 // create's outcome is unknown).
 func (r *requests) create(ctx context.Context, client cmclient.Interface, who string, req *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
@@ -119,7 +120,7 @@ func (r *requests) create(ctx context.Context, client cmclient.Interface, who st
 		if !createOutcomeUnknown(err) {
 			r.forgetOrder(reqKey)
 		}
-		return nil, fmt.Errorf("creating CertificateRequest: %w", refusal(err, "create", certificateRequestsResource, req.Namespace, who))
+		return nil, fmt.Errorf("creating CertificateRequest: %w", apicall.Refusal(err, "create", apicall.CertificateRequests, req.Namespace, who))
 	}
 	return created, nil
 }
@@ -134,7 +135,7 @@ func (r *requests) readByName(ctx context.Context, namespace, name string) (*cma
 	})
 	if err != nil {
 		r.noteCallFailed(err)
-		return nil, refusal(err, "list", certificateRequestsResource, namespace, driverAccount)
+		return nil, apicall.Refusal(err, "list", apicall.CertificateRequests, namespace, apicall.DriverAccount)
 	}
 	for i := range list.Items {
 		if list.Items[i].Name == name && list.Items[i].Namespace == namespace {
@@ -242,7 +243,7 @@ func (r *requests) delete(ctx context.Context, req *cmapi.CertificateRequest) er
 	if err != nil && !apierrors.IsNotFound(err) {
 		r.noteCallFailed(err)
 		return fmt.Errorf("deleting stale CertificateRequest %s/%s: %w", req.Namespace, req.Name,
-			refusal(err, "delete", certificateRequestsResource, req.Namespace, driverAccount))
+			apicall.Refusal(err, "delete", apicall.CertificateRequests, req.Namespace, apicall.DriverAccount))
 	}
 	r.forgetOrder(requestKey(req.Namespace, req.Name))
 	if err != nil {

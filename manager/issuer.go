@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/storage"
 )
 
@@ -53,16 +54,16 @@ type driverFuncs struct {
 	clientForMetadata  ClientForMetadataFunc
 	writeKeypair       WriteKeypairFunc
 	// createAccount names the account of clientForMetadata's clients in a refusal's text:
-	// driverAccount by default, podAccount when the driver set ClientForMetadata.
+	// apicall.DriverAccount by default, apicall.PodAccount when the driver set ClientForMetadata.
 	createAccount string
 }
 
 // driverFuncsOf takes the driver's functions from the completed options; ownCreates says the
 // driver left ClientForMetadata unset, so that its own client creates the requests.
 func driverFuncsOf(o Options, ownCreates bool) driverFuncs {
-	createAccount := podAccount
+	createAccount := apicall.PodAccount
 	if ownCreates {
-		createAccount = driverAccount
+		createAccount = apicall.DriverAccount
 	}
 	return driverFuncs{
 		createAccount:      createAccount,

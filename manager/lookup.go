@@ -29,6 +29,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/internal/certs"
 )
 
@@ -108,7 +109,7 @@ func (r *requests) forVolumeFromAPIServer(ctx context.Context, volumeID string) 
 	if err != nil {
 		r.noteCallFailed(err)
 		return nil, fmt.Errorf("listing CertificateRequests of volume from the apiserver: %w",
-			refusal(err, "list", certificateRequestsResource, "", driverAccount))
+			apicall.Refusal(err, "list", apicall.CertificateRequests, "", apicall.DriverAccount))
 	}
 	reqs := make([]*cmapi.CertificateRequest, 0, len(list.Items))
 	for i := range list.Items {

@@ -24,6 +24,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
 )
@@ -119,7 +120,7 @@ func (l *loop) run(known *metadata.Metadata) {
 		default:
 			delay = l.renewal.Step()
 			l.gate = l.schedule.gate
-			if unreachable(outcome) {
+			if apicall.Unreachable(outcome) {
 				kind, l.outageOver = waitAfterOutage, iss.outage.noticed()
 			}
 		}

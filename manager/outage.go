@@ -18,14 +18,10 @@ package manager
 
 import (
 	"context"
-	"errors"
-	"net"
 	"sync"
 	"time"
 
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/utils/clock"
 )
 
@@ -56,18 +52,6 @@ type outage struct {
 
 func newOutage(clk clock.Clock, probe func(ctx context.Context) error, life *lifetime) *outage {
 	return &outage{clock: clk, probe: probe, life: life, over: make(chan struct{})}
-}
-
-// unreachable reports whether an attempt's error says the apiserver could not be reached: no
-// answer came (a refused, reset or broken connection), as opposed to an answer that refused the
-// request, a signer's verdict or a deadline.
-func unreachable(err error) bool {
-	var status apierrors.APIStatus
-	if err == nil || errors.As(err, &status) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return false
-	}
-	var netErr net.Error
-	return errors.As(err, &netErr) || utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
 }
 
 // noticed records a failure to reach the apiserver and returns a channel that is closed when the

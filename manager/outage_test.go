@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cert-manager/csi-lib/internal/apicall"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -111,8 +112,8 @@ func TestUnreachable(t *testing.T) {
 		errors.New("generating private key"): false,
 		errAttemptTimeout:                    false,
 	} {
-		if got := unreachable(err); got != want {
-			t.Errorf("unreachable(%v) = %v, want %v", err, got, want)
+		if got := apicall.Unreachable(err); got != want {
+			t.Errorf("apicall.Unreachable(%v) = %v, want %v", err, got, want)
 		}
 	}
 }

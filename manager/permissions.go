@@ -19,15 +19,13 @@ package manager
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
+	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/go-logr/logr"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 )
@@ -36,59 +34,7 @@ import (
 // with 403 Forbidden: the account that made it lacks a verb (RBAC), or an admission plugin
 // refused it. The error's text names the verb, the resource, the namespace and the account; the
 // node server answers it with the gRPC code PermissionDenied.
-var ErrPermissionDenied = errors.New("permission denied")
-
-// Whose account made a call, for a refusal's text when the apiserver's answer names none.
-const (
-	driverAccount = "the driver's account"
-	podAccount    = "the pod's account (ClientForMetadata)"
-)
-
-// permissionError is a call the apiserver refused with 403 Forbidden.
-type permissionError struct {
-	verb, resource, namespace string
-	// account is the user the apiserver named in its answer, else whose account made the call.
-	account string
-	err     error // the apiserver's answer
-}
-
-func (e *permissionError) Error() string {
-	where := "in all namespaces"
-	if e.namespace != "" {
-		where = fmt.Sprintf("in namespace %q", e.namespace)
-	}
-	return fmt.Sprintf("%s: the apiserver refused to let %s %s %s %s: %v", ErrPermissionDenied, e.account, e.verb, e.resource, where, e.err)
-}
-
-func (e *permissionError) Unwrap() error { return e.err }
-
-func (e *permissionError) Is(target error) bool { return target == ErrPermissionDenied }
-
-// forbiddenUser finds the user in the text of the RBAC authorizer's refusal
-// (`User "system:serviceaccount:ns:name" cannot create resource ...`).
-var forbiddenUser = regexp.MustCompile(`User "([^"]*)" cannot`)
-
-// refusal returns err as a *permissionError if the apiserver refused the call with 403 Forbidden,
-// naming the verb, the resource (resource.group) and the namespace of the call, and the account:
-// the user the apiserver named, else who (driverAccount or podAccount). Any other err is
-// returned as it is.
-func refusal(err error, verb, resource, namespace, who string) error {
-	if err == nil || !apierrors.IsForbidden(err) {
-		return err
-	}
-	account := who
-	if m := forbiddenUser.FindStringSubmatch(err.Error()); m != nil {
-		account = fmt.Sprintf("%s (%s)", m[1], who)
-	}
-	return &permissionError{verb: verb, resource: resource, namespace: namespace, account: account, err: err}
-}
-
-// The resources the manager calls, as a refusal names them.
-const (
-	certificateRequestsResource = "certificaterequests.cert-manager.io"
-	podsResource                = "pods"
-	podStatusResource           = "pods/status"
-)
+var ErrPermissionDenied = apicall.ErrPermissionDenied
 
 // accessRule is one RBAC rule the manager's calls need: verbs on a resource of an API group.
 type accessRule struct {

@@ -20,7 +20,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -28,10 +27,8 @@ import (
 	"testing"
 	"time"
 
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
@@ -337,24 +334,6 @@ func TestStartUpCheckIsQuietWhenEverythingIsGranted(t *testing.T) {
 	}
 	if got := lines.Matching("Cannot check"); len(got) != 0 {
 		t.Fatalf("the check did not run: %s", got)
-	}
-}
-
-// TestRefusalNamesTheAccount: a refusal's text names the user the apiserver named and whose
-// client made the call; an error that is not a refusal is left as it is.
-func TestRefusalNamesTheAccount(t *testing.T) {
-	forbidden := apierrors.NewForbidden(cmapi.Resource("certificaterequests"), "req",
-		errors.New(`User "system:serviceaccount:a:b" cannot create resource "certificaterequests" in API group "cert-manager.io" in the namespace "ns"`))
-	err := refusal(fmt.Errorf("creating: %w", forbidden), "create", certificateRequestsResource, "ns", driverAccount)
-	if !errors.Is(err, ErrPermissionDenied) {
-		t.Fatalf("%v does not match ErrPermissionDenied", err)
-	}
-	want := `permission denied: the apiserver refused to let system:serviceaccount:a:b (the driver's account) create certificaterequests.cert-manager.io in namespace "ns": `
-	if !strings.HasPrefix(err.Error(), want) {
-		t.Fatalf("error\n%s\nwant prefix\n%s", err, want)
-	}
-	if other := errors.New("boom"); refusal(other, "create", "x", "", driverAccount) != other {
-		t.Fatal("an error that is not a refusal was changed")
 	}
 }
 

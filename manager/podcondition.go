@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -248,7 +249,7 @@ func (p *podConditions) sync(uid types.UID) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("reading pod %s/%s: %w", namespace, name, refusal(err, "get", podsResource, namespace, driverAccount))
+			return fmt.Errorf("reading pod %s/%s: %w", namespace, name, apicall.Refusal(err, "get", apicall.Pods, namespace, apicall.DriverAccount))
 		}
 		if pod.DeletionTimestamp != nil {
 			p.podEnding(uid)
@@ -278,7 +279,7 @@ func (p *podConditions) sync(uid types.UID) error {
 		return nil
 	case err != nil:
 		p.learnUnknown(uid)
-		return fmt.Errorf("patching the status of pod %s/%s: %w", namespace, name, refusal(err, "patch", podStatusResource, namespace, driverAccount))
+		return fmt.Errorf("patching the status of pod %s/%s: %w", namespace, name, apicall.Refusal(err, "patch", apicall.PodStatus, namespace, apicall.DriverAccount))
 	}
 	p.learn(uid, &want)
 	log.V(2).Info("Pod condition written", "type", p.typ, "status", want.Status, "reason", want.Reason)

@@ -35,6 +35,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/internal/api"
+	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/internal/watchend"
 )
 
@@ -203,7 +204,7 @@ func (r *requests) waitForSync(ctx context.Context) error {
 // noteInformerCall records the outcome of one of the informer's calls (verb list or watch): a
 // refusal is kept until a call of that verb succeeds.
 func (r *requests) noteInformerCall(verb string, err error) {
-	refused := refusal(err, verb, certificateRequestsResource, "", driverAccount)
+	refused := apicall.Refusal(err, verb, apicall.CertificateRequests, "", apicall.DriverAccount)
 	if refused != nil && !errors.Is(refused, ErrPermissionDenied) {
 		return // another failure: the reflector retries; the watch's suspicion covers it
 	}
@@ -267,7 +268,7 @@ func (r *requests) forgetOrder(reqKey string) {
 // refused or broken connection, see unreachable) means the informer's watch is down too, though
 // client-go retries a refused watch without reporting it.
 func (r *requests) noteCallFailed(err error) {
-	if unreachable(err) {
+	if apicall.Unreachable(err) {
 		r.suspectWatch()
 	}
 }
