@@ -25,6 +25,7 @@ import (
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/go-logr/logr"
 
+	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/metadata"
 )
@@ -68,9 +69,9 @@ func (a *issueAttempt) callDriver(f func()) error {
 //     a request of the volume that the informer's cache has not shown yet (see
 //     pendingKeys.holdUnseen), settle it (see requests.settle) and wait for it: never a second
 //     request for one issuance, whether the create's outcome is unknown or the cache lags;
-//  3. resume the newest request if it is resumable (see resumable): with its private key
+//  3. resume the newest request if it is certrequests.Resumable (see certrequests.Resumable): with its private key
 //     held (pendingKeys), wait for it; without, delete it and go on; a request that is not
-//     resumable is left alone;
+//     certrequests.Resumable is left alone;
 //  4. ask the readiness gate, unless the caller did (a refusal is a *NotReadyToRequestError),
 //     then wait for admission (see admit), which is held until the attempt is over; a resume
 //     (steps 2 and 3) never waits for admission;
@@ -87,12 +88,12 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 		return ErrPodTerminating
 	}
 	iss.board.attemptStarted(v)
-	if err := iss.requests.waitForSync(ctx); err != nil {
+	if err := iss.requests.WaitForSync(ctx); err != nil {
 		return fmt.Errorf("CertificateRequest informer not synced: %w", err)
 	}
 
 	// Step 1.
-	reqs, err := iss.requests.forVolume(v.id)
+	reqs, err := iss.requests.ForVolume(v.id)
 	if err != nil {
 		return err
 	}
@@ -122,9 +123,9 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 
 	// Step 3. A key not in memory may have been persisted by an earlier process.
 	deletedNewest := false
-	for n := len(reqs); n > 0 && resumable(reqs[n-1]); n = len(reqs) {
+	for n := len(reqs); n > 0 && certrequests.Resumable(reqs[n-1]); n = len(reqs) {
 		newest := reqs[n-1]
-		reqKey := requestKey(newest.Namespace, newest.Name)
+		reqKey := certrequests.Key(newest.Namespace, newest.Name)
 		key, ok := iss.keys.inMemoryKey(reqKey)
 		if !ok {
 			key, ok = iss.keys.recover(log, v.id, newest)
@@ -200,17 +201,17 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("creating CertificateRequest: %w", err)
 	}
-	req, err := iss.requests.build(meta, bundle, csrPEM)
+	req, err := iss.builder.build(meta, bundle, csrPEM)
 	if err != nil {
 		return err
 	}
 	// Hold the key before the request exists, so an informer event never finds a request of
 	// ours without it.
-	reqKey := requestKey(req.Namespace, req.Name)
+	reqKey := certrequests.Key(req.Namespace, req.Name)
 	iss.keys.remember(log, v.id, reqKey, key)
-	created, err := iss.requests.create(ctx, client, iss.driver.createAccount, req)
+	created, err := iss.requests.Create(ctx, client, iss.driver.createAccount, req)
 	if err != nil {
-		if createOutcomeUnknown(err) {
+		if certrequests.CreateOutcomeUnknown(err) {
 			// The request may exist: its key and the request as sent stay held, and it is settled
 			// at once, or by the next attempt if the apiserver still does not answer; never
 			// replaced by another.
@@ -243,11 +244,11 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 // the apiserver's own answer was deleted meanwhile, and rest stands).
 func (a *issueAttempt) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi.CertificateRequest, rest []*cmapi.CertificateRequest, fromAPIServer bool) ([]*cmapi.CertificateRequest, bool, error) {
 	iss := a.iss
-	err := iss.requests.delete(ctx, req)
-	if err != nil && !errors.Is(err, errStaleCache) {
+	err := iss.requests.Delete(ctx, req)
+	if err != nil && !errors.Is(err, certrequests.ErrStaleCache) {
 		return nil, fromAPIServer, err
 	}
-	iss.keys.requestDeleted(requestKey(req.Namespace, req.Name))
+	iss.keys.requestDeleted(certrequests.Key(req.Namespace, req.Name))
 	if err == nil {
 		log.V(2).Info("Deleted stale CertificateRequest", "request", req.Name, "namespace", req.Namespace)
 		return rest, fromAPIServer, nil
@@ -256,7 +257,7 @@ func (a *issueAttempt) deleteRequest(ctx context.Context, log logr.Logger, req *
 		return rest, true, nil
 	}
 	log.Info("The CertificateRequest informer's cache is stale; reading the volume's requests from the apiserver", "request", req.Name, "namespace", req.Namespace)
-	reqs, err := iss.requests.forVolumeFromAPIServer(ctx, a.v.id)
+	reqs, err := iss.requests.ForVolumeFromAPIServer(ctx, a.v.id)
 	return reqs, true, err
 }
 
@@ -270,7 +271,7 @@ func (a *issueAttempt) holdUntilSeen(reqKey string, sent *cmapi.CertificateReque
 // seenIfCached tells the pending keys that the request is seen if the informer's cache shows
 // it.
 func (a *issueAttempt) seenIfCached(reqKey string) {
-	if a.iss.requests.exists(reqKey) {
+	if a.iss.requests.Exists(reqKey) {
 		a.iss.keys.seen(reqKey)
 	}
 }
@@ -290,18 +291,18 @@ func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadat
 	if driverErr != nil {
 		return nil, fmt.Errorf("building client for volume: %w", driverErr)
 	}
-	reqKey := requestKey(sent.Namespace, sent.Name)
-	got, err := iss.requests.settle(ctx, client, iss.driver.createAccount, sent, created)
+	reqKey := certrequests.Key(sent.Namespace, sent.Name)
+	got, err := iss.requests.Settle(ctx, client, iss.driver.createAccount, sent, created)
 	switch {
 	case err == nil:
 		a.seenIfCached(reqKey)
 		log.Info("Resuming the CertificateRequest created for this volume (its create's outcome was unknown, or the informer's cache had not shown it)", "request", got.Name, "namespace", got.Namespace)
 		return got, nil
-	case errors.Is(err, errRequestGone):
+	case errors.Is(err, certrequests.ErrRequestGone):
 		log.Info("A CertificateRequest whose create's outcome was unknown was created and has been deleted since", "request", sent.Name, "namespace", sent.Namespace)
 		iss.keys.requestDeleted(reqKey)
 		return nil, nil
-	case errors.Is(err, errStillUnknown):
+	case errors.Is(err, certrequests.ErrStillUnknown):
 		return nil, err
 	default:
 		iss.keys.requestDeleted(reqKey)
@@ -315,12 +316,15 @@ func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadat
 func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, read *cmapi.CertificateRequest, key any) error {
 	iss, v := a.iss, a.v
 	namespace, name := read.Namespace, read.Name
-	reqKey := requestKey(namespace, name)
-	req, finished, err := iss.requests.wait(ctx, read)
+	reqKey := certrequests.Key(namespace, name)
+	req, finished, err := iss.requests.Wait(ctx, read)
 	if err != nil {
 		if finished {
 			// Denied, failed or deleted: the key is of no further use.
 			iss.keys.drop(reqKey)
+		}
+		if errors.Is(err, certrequests.ErrDeleted) {
+			return deletedWhileWaiting(name)
 		}
 		return err
 	}

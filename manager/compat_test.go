@@ -63,7 +63,7 @@ func publishAttempt(t *testing.T, m *Manager, id string) (deadline func() error,
 func (e *env) waitInformerHas(req *cmapi.CertificateRequest) {
 	e.t.Helper()
 	e.poll("the informer to see "+req.Name, func() bool {
-		_, err := e.m.requests.lister.CertificateRequests(req.Namespace).Get(req.Name)
+		_, err := e.m.requests.Lister().CertificateRequests(req.Namespace).Get(req.Name)
 		return err == nil
 	})
 }
@@ -103,7 +103,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 	// Publish #2: resumes R, creates nothing, times out again.
 	deadline, _ = publishAttempt(t, m, "v1")
 	e.poll("publish #2 to wait on R", func() bool {
-		return e.m.requests.waiting() == 1
+		return e.m.requests.Waiting() == 1
 	})
 	if err := deadline(); err == nil {
 		t.Fatal("publish #2 succeeded without a certificate")
@@ -119,7 +119,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.poll("the informer to see R issued", func() bool {
-		got, err := m.requests.lister.CertificateRequests("ns").Get(r.Name)
+		got, err := m.requests.Lister().CertificateRequests("ns").Get(r.Name)
 		return err == nil && len(got.Status.Certificate) > 0
 	})
 	if managed, err := m.ManageVolumeImmediate(context.Background(), "v1"); !managed || err != nil {
@@ -156,7 +156,7 @@ func TestLoneDeniedConditionIsResumedAndFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.poll("the informer to see the denial", func() bool {
-		got, _ := m.requests.lister.CertificateRequests("ns").Get(r.Name)
+		got, _ := m.requests.Lister().CertificateRequests("ns").Get(r.Name)
 		return got != nil && len(got.Status.Conditions) > 0
 	})
 	_, err := m.ManageVolumeImmediate(context.Background(), "v1")

@@ -18,16 +18,14 @@ package manager
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"testing"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -61,7 +59,7 @@ func cuttableInformerWatch(e *env) (cut func()) {
 
 // A watch stream that ends while no new watch can be opened leaves the informer's cache behind
 // without any error reaching the informer's handler. A publish waiting for its request then reads
-// it from the apiserver every directReadInterval, so a certificate signed meanwhile is written
+// it from the apiserver every certrequests.DirectReadInterval, so a certificate signed meanwhile is written
 // though no event ever comes.
 func TestEndedWatchStreamMakesTheWaitReadDirectly(t *testing.T) {
 	e := newEnv(t, nil)
@@ -71,8 +69,8 @@ func TestEndedWatchStreamMakesTheWaitReadDirectly(t *testing.T) {
 	done := e.manageInBackground("v1")
 	pending := e.waitForPending()
 	e.poll("the publish to wait for its request in the cache", func() bool {
-		_, err := m.requests.lister.CertificateRequests(pending.Namespace).Get(pending.Name)
-		return err == nil && m.requests.waiting() == 1
+		_, err := m.requests.Lister().CertificateRequests(pending.Namespace).Get(pending.Name)
+		return err == nil && m.requests.Waiting() == 1
 	})
 	cut()
 	if _, err := testkit.Issue(context.Background(), e.client, e.ca, pending, e.clock.Now()); err != nil {
@@ -82,7 +80,7 @@ func TestEndedWatchStreamMakesTheWaitReadDirectly(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the publish: %v", err)
 	}
-	if got, err := m.requests.lister.CertificateRequests(pending.Namespace).Get(pending.Name); err != nil || testkit.IsFinished(got) {
+	if got, err := m.requests.Lister().CertificateRequests(pending.Namespace).Get(pending.Name); err != nil || testkit.IsFinished(got) {
 		t.Fatal("the informer's cache saw the signature: the test did not keep the watch down")
 	}
 	e.mu.Lock()
@@ -96,37 +94,9 @@ func TestEndedWatchStreamMakesTheWaitReadDirectly(t *testing.T) {
 // clock (a ManageVolumeImmediate call's wait), and steps the clock through it.
 func (e *env) stepDirectRead() {
 	e.t.Helper()
-	if d := e.nextTimer(); d != directReadInterval {
-		e.t.Fatalf("the wait set a %v timer, want its %v direct read", d, directReadInterval)
+	if d := e.nextTimer(); d != certrequests.DirectReadInterval {
+		e.t.Fatalf("the wait set a %v timer, want its %v direct read", d, certrequests.DirectReadInterval)
 	}
 	e.poll("the direct read's timer", func() bool { return e.clock.Waiters() == 1 })
-	e.clock.Step(directReadInterval)
-}
-
-// A call that got no answer at all makes the watch suspect (client-go retries a refused watch
-// without telling the informer); an answer, even a refusal, or the caller's own deadline does
-// not. An open watch, or an event through one, clears it.
-func TestUnansweredCallMakesTheWatchSuspect(t *testing.T) {
-	e := newEnv(t, nil)
-	m := e.start()
-	for name, tc := range map[string]struct {
-		err     error
-		suspect bool
-	}{
-		"refused connection": {connectionRefused, true},
-		"reset connection":   {connectionReset, true},
-		"a 500":              {apierrors.NewInternalError(errors.New("etcd")), false},
-		"a 429":              {apierrors.NewTooManyRequests("slow down", 1), false},
-		"the deadline":       {context.DeadlineExceeded, false},
-	} {
-		m.requests.watchLive()
-		m.requests.noteCallFailed(fmt.Errorf("creating CertificateRequest: %w", tc.err))
-		if got := m.requests.isWatchSuspect(); got != tc.suspect {
-			t.Errorf("%s: suspect %v, want %v", name, got, tc.suspect)
-		}
-	}
-	m.requests.watchLive()
-	if m.requests.isWatchSuspect() {
-		t.Error("an open watch left the watch suspect")
-	}
+	e.clock.Step(certrequests.DirectReadInterval)
 }

@@ -22,7 +22,10 @@ limitations under the License.
 //
 // Each piece of state has one owner, with its own lock, and each file uses only files listed
 // after it. The Manager wires the owners together and serves the public API; nothing below it
-// holds a *Manager. The table's lock is taken before a volume's, never after.
+// holds a *Manager. The table's lock is taken before a volume's, never after. The node's
+// CertificateRequests (the informer, and finding, creating, settling, waiting for and deleting a
+// volume's requests) are package internal/certrequests's; what a refused or unanswered call to
+// the apiserver means is internal/apicall's.
 //
 //	manager.go      the public API (options.go: Options and their defaults); wires the owners;
 //	                Stop, through the lifetime (lifetime.go) its goroutines register with
@@ -45,16 +48,11 @@ limitations under the License.
 //	keys.go         the private keys of submitted requests, in memory and beside the metadata,
 //	                and those the start-up sweep kept; the only writer of key files, whose
 //	                format is keyfile.go's
-//	lookup.go       a volume's requests, from the informer's cache or, when it is stale, the
-//	                apiserver
-//	create.go       building, creating, settling (a create whose outcome is unknown) and deleting
-//	                a request
-//	wait.go         waiting for a request's outcome, with direct reads while the watch is suspect
-//	requests.go     the informer on the node's CertificateRequests, its events and the waiters
-//	                they wake
+//	request.go      a volume's CertificateRequest, built from the driver's bundle with its origin
+//	                annotations
 //	outage.go       notices an unreachable apiserver, probes it, and wakes the loops that failed
 //	                for want of it when it is back
-//	permissions.go  names a refused call (ErrPermissionDenied) and runs the start-up access check
+//	permissions.go  the start-up access check
 //	board.go        the one place attempts report to: the metrics, the Events on the pod (their
 //	                reasons in events.go), the overdue and expiry timers, and, as the table's
 //	                observer, the state gauge and the pod conditions
@@ -97,7 +95,7 @@ limitations under the License.
 //	                            │   ContinueOnNotReady, the volume is handed to its loop)
 //	                            ↓ open: registers the volume in the table, notes its pod
 //	                          issuer: one attempt, on the caller's goroutine, under its deadline
-//	                            │ requests: the volume's requests; a resumable one whose key is
+//	                            │ requests: the volume's requests; a certrequests.Resumable one whose key is
 //	                            │   held is waited for instead of creating another
 //	                            │ admission: a slot, and a token of the rate bucket
 //	                            │ the driver: key, request, CSR, client

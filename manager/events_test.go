@@ -187,7 +187,7 @@ func TestEventsThroughAVolumesLife(t *testing.T) {
 	// Wherever the loop is in its backoff, stepping the clock (in steps well inside an
 	// attempt's 60 s deadline) brings the next attempt; stop once it waits on its request.
 	e.poll("a renewal attempt waiting on its request", func() bool {
-		waiting := m.requests.waiting() == 1
+		waiting := m.requests.Waiting() == 1
 		if !waiting {
 			e.clock.Step(10 * time.Second)
 		}

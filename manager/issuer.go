@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/internal/apicall"
+	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/storage"
 )
 
@@ -37,7 +38,8 @@ type issuer struct {
 	maxRequestsPerVolume int
 	jitter               float64
 
-	requests  *requests
+	builder   requestBuilder
+	requests  *certrequests.View
 	keys      *pendingKeys
 	admission *admission
 	board     *board

@@ -26,6 +26,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
 
+	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/storage"
 )
 
@@ -213,7 +214,7 @@ func (k *pendingKeys) requestDeleted(reqKey string) {
 	}
 }
 
-// recover returns the persisted key of the volume's newest resumable request, newest, and
+// recover returns the persisted key of the volume's newest certrequests.Resumable request, newest, and
 // holds it in memory, if the store has one for that request that matches the request's CSR. A
 // key the start-up sweep kept for the volume is adopted first. A persisted key for another
 // request, or one that does not match, is removed and logged.
@@ -234,7 +235,7 @@ func (k *pendingKeys) recover(log logr.Logger, volumeID string, newest *cmapi.Ce
 	case err != nil:
 		k.removeLocked(log, volumeID, reqKey, err.Error())
 		return nil, false
-	case reqKey != requestKey(newest.Namespace, newest.Name):
+	case reqKey != certrequests.Key(newest.Namespace, newest.Name):
 		k.removeLocked(log, volumeID, reqKey, "its request is not the volume's pending request")
 		return nil, false
 	case !keyMatchesRequest(key, newest):

@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -74,6 +75,7 @@ func NewManager(opts Options) (*Manager, error) {
 			maxRequestsPerVolume: opts.MaxRequestsPerVolume,
 			jitter:               opts.RenewalJitter,
 			keys:                 newPendingKeys(log, opts.MetadataReader),
+			builder:              requestBuilder{nodeName: opts.NodeID, nodeHash: nodeHash, annotateOrigin: !opts.DisableOriginAnnotations},
 		},
 		opts:     opts,
 		nodeHash: nodeHash,
@@ -86,7 +88,7 @@ func NewManager(opts Options) (*Manager, error) {
 		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
 		func() { opts.Metrics.IncrementAdmissionWaits(nodeHash) })
 	m.outage = newOutage(opts.Clock, apiserverProbe(opts.Client), m.life)
-	if m.requests, err = newRequests(opts.Client, opts.Clock, opts.NodeID, nodeHash, !opts.DisableOriginAnnotations, m.keys.seen, m.keys.requestDeleted); err != nil {
+	if m.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.keys.seen, m.keys.requestDeleted); err != nil {
 		m.life.end()
 		return nil, err
 	}
@@ -96,7 +98,7 @@ func NewManager(opts Options) (*Manager, error) {
 		go conditions.run()
 	}
 	m.table = newVolumeTable()
-	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.newestNotAfter, conditions)
+	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.NewestNotAfter, conditions)
 	m.table.observer = m.board
 	m.accessChecked = make(chan struct{})
 	if opts.DisableAccessCheck {
@@ -104,7 +106,7 @@ func NewManager(opts Options) (*Manager, error) {
 	} else {
 		startAccessCheck(m.life, opts.Client.Discovery().RESTClient(), requiredAccess(opts, ownCreates), log, m.accessChecked)
 	}
-	if err := m.requests.start(m.life.ctx); errors.Is(err, ErrPermissionDenied) {
+	if err := m.requests.Start(m.life.ctx); errors.Is(err, ErrPermissionDenied) {
 		// Never a reason not to start: publishes answer PermissionDenied until it is granted.
 		log.Error(err, "The CertificateRequest informer cannot sync; every issuance fails until the permission is granted")
 	} else if err != nil {
@@ -112,7 +114,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 
-	m.keys.loadSwept(m.requests.exists, func(d time.Duration, f func()) func() bool { return afterFunc(opts.Clock, d, f) }, m.expireSweptKeys)
+	m.keys.loadSwept(m.requests.Exists, func(d time.Duration, f func()) func() bool { return afterFunc(opts.Clock, d, f) }, m.expireSweptKeys)
 	m.resumeMountedVolumes()
 	m.table.showAllCounts() // every state, zeros included, from the start
 	return m, nil
@@ -166,7 +168,7 @@ func (m *Manager) expireSweptKeys() {
 // cache. It exists only once NewManager has returned, so it cannot be the lister passed to
 // metrics.New, whose result NewManager takes (see metrics.New for what to pass).
 func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister {
-	return m.requests.lister
+	return m.requests.Lister()
 }
 
 // register adds a volume to the managed set, counted in its state, without starting its loop,
@@ -387,6 +389,6 @@ func (m *Manager) Stop() {
 			m.board.conditions.stop()
 		}
 		m.admission.close()
-		m.requests.shutdown()
+		m.requests.Shutdown()
 	})
 }

@@ -260,7 +260,7 @@ func TestStaleRequestsAreDeletedOldestFirst(t *testing.T) {
 		}
 	}
 	// As upstream: delete down to MaxRequestsPerVolume, oldest first, before anything else;
-	// the newest is Failed (not resumable), so it is left and the new one created beside it.
+	// the newest is Failed (not certrequests.Resumable), so it is left and the new one created beside it.
 	if len(e.requests()) != 3 || len(names) != 2 || names[0] != "middle" || names[1] != "newest" {
 		t.Fatalf("kept %d requests, old ones %v; want middle, newest and the new one", len(e.requests()), names)
 	}

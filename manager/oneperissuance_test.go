@@ -20,7 +20,6 @@ import (
 	"context"
 	"crypto"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"sync"
@@ -34,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/certs"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
@@ -173,12 +173,12 @@ func TestSettlingReadsBeforeItCreatesAgain(t *testing.T) {
 	e.register("v1", false)
 	m := e.start()
 	cut()
-	e.poll("the watch to be suspect", m.requests.isWatchSuspect)
+	e.poll("the watch to be suspect", m.requests.WatchSuspect)
 	done := e.manageInBackground("v1")
 	pending := e.waitForPending()
 	// Signed once the publish waits on what its settling read (the request, not yet signed): the
 	// signature reaches it only by a direct read, the watch being down.
-	e.poll("the publish to wait on the request", func() bool { return m.requests.waiting() == 1 })
+	e.poll("the publish to wait on the request", func() bool { return m.requests.Waiting() == 1 })
 	if _, err := testkit.Issue(context.Background(), e.client, e.ca, pending, e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -225,10 +225,7 @@ func TestSettlingWithoutAnAnswerKeepsTheKey(t *testing.T) {
 	if !ok {
 		t.Fatal("the key was forgotten although the first create's outcome is still unknown")
 	}
-	m.requests.mu.Lock()
-	_, ordered := m.requests.created[requestKey(sent.Namespace, sent.Name)]
-	m.requests.mu.Unlock()
-	if !ordered {
+	if !m.requests.CreatedHere(certrequests.Key(sent.Namespace, sent.Name)) {
 		t.Fatal("the request's place in the creation order was forgotten")
 	}
 	m.UnmanageVolume("v1")
@@ -305,7 +302,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 			// kubelet's retry.
 			retry := e.manageInBackground("v1")
 			if !signedBeforeRetry {
-				e.poll("the retry to wait on the request", func() bool { return m.requests.waiting() == 1 })
+				e.poll("the retry to wait on the request", func() bool { return m.requests.Waiting() == 1 })
 				sign()
 				release()
 			}
@@ -328,31 +325,5 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 			release()
 			e.poll("the cache to show the request", func() bool { _, held := m.keys.unseenRequest("v1"); return !held })
 		})
-	}
-}
-
-// TestCreateOutcomeUnknown: only a create that may have reached the apiserver is unknown: no
-// answer (a broken connection, a deadline) or a 5xx. A refused connection, an answer below 500
-// and a call the client's own rate limiter held back (client-go's text) never created anything.
-func TestCreateOutcomeUnknown(t *testing.T) {
-	gr := schema.GroupResource{Group: "cert-manager.io", Resource: "certificaterequests"}
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
-	for _, tc := range []struct {
-		name string
-		err  error
-		want bool
-	}{
-		{"connection reset", connectionReset, true},
-		{"deadline", context.DeadlineExceeded, true},
-		{"internal error", apierrors.NewInternalError(errors.New("x")), true},
-		{"server timeout", apierrors.NewServerTimeout(gr, "create", 1), true},
-		{"connection refused", refused, false},
-		{"forbidden", apierrors.NewForbidden(gr, "x", nil), false},
-		{"too many requests", apierrors.NewTooManyRequests("x", 1), false},
-		{"client rate limiter", fmt.Errorf("client rate limiter Wait returned an error: %w", errors.New("rate: Wait(n=1) would exceed context deadline")), false},
-	} {
-		if got := createOutcomeUnknown(tc.err); got != tc.want {
-			t.Errorf("%s: createOutcomeUnknown = %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }

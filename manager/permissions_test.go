@@ -153,7 +153,7 @@ func TestRefusedListStartsAndSaysSo(t *testing.T) {
 	// The informer retries on client-go's reflector backoff (wall clock, from 800 ms): a bounded
 	// poll for its sync.
 	rbac.Grant("list")
-	e.poll("the informer to sync once list is granted", func() bool { return m.requests.informer.HasSynced() })
+	e.poll("the informer to sync once list is granted", func() bool { return m.requests.HasSynced() })
 	if refusedBefore > 3 {
 		t.Errorf("the informer's list was refused %d times before it was granted: a tight loop", refusedBefore)
 	}

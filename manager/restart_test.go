@@ -26,6 +26,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/storage"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
@@ -51,7 +52,7 @@ func restartWhilePending(t *testing.T, hideKeyStore bool) (creates int, e *env) 
 
 	b := e.start()
 	e.poll("B's attempt to resume or replace the request", func() bool {
-		return b.requests.waiting() == 1
+		return b.requests.Waiting() == 1
 	})
 	e.issuePending()
 	e.poll("the key pair to be written", func() bool {
@@ -109,7 +110,7 @@ func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
 	a.Stop()
 	// Replace the persisted key with another key for the same request.
 	other, _ := testkit.NewKey()
-	newPendingKeys(a.log, e.store).remember(a.log, "v1", requestKey(pending.Namespace, pending.Name), other)
+	newPendingKeys(a.log, e.store).remember(a.log, "v1", certrequests.Key(pending.Namespace, pending.Name), other)
 
 	b, err := NewManager(e.opts)
 	if err != nil {
@@ -127,7 +128,7 @@ func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
 		t.Fatal(err)
 	}
 	block, _ := pem.Decode(data)
-	if block.Headers[pendingKeyRequestHeader] != requestKey(replacement.Namespace, replacement.Name) {
+	if block.Headers[pendingKeyRequestHeader] != certrequests.Key(replacement.Namespace, replacement.Name) {
 		t.Fatalf("persisted key names %q, want the replacement", block.Headers[pendingKeyRequestHeader])
 	}
 	b.Stop()

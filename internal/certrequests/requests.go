@@ -14,7 +14,12 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+// Package certrequests is a CSI node's view of its cert-manager CertificateRequests: one
+// informer on the requests labelled with the node's hash, indexed by volume, and the calls that
+// find, create, settle, wait for and delete a volume's requests. It knows nothing of volumes'
+// lifecycles or private keys: the package manager decides what to create and when, and learns of
+// every request the informer sees or loses through the callbacks given to New.
+package certrequests
 
 import (
 	"context"
@@ -47,15 +52,15 @@ const (
 	// than "not found" (on the injected clock).
 	cacheRetryInterval = time.Second
 
-	// directReadInterval is how often a wait reads its request from the apiserver while the
+	// DirectReadInterval is how often a wait reads its request from the apiserver while the
 	// informer's watch is suspect (on the injected clock); directReadRate and directReadBurst
 	// bound those reads node-wide.
-	directReadInterval = 500 * time.Millisecond
+	DirectReadInterval = 500 * time.Millisecond
 	directReadRate     = 50
 	directReadBurst    = 50
 )
 
-// requests is the node's view of its CertificateRequests: one informer selected by the
+// View is the node's view of its CertificateRequests: one informer selected by the
 // node-hash label and indexed by the volume-hash label, the order in which this process created
 // requests, and the waiters the informer's events wake. It finds, builds, creates, settles,
 // waits for and deletes a volume's requests. It reads the apiserver past its cache only to
@@ -65,15 +70,11 @@ const (
 // (list, watch, delete, and create where the driver creates): a request is read by name with a
 // list that selects the name, never a get. What else must happen when a request shows up in the
 // cache or is gone (its private key dropped) is the seen and deleted callbacks' business.
-type requests struct {
+type View struct {
 	client   cmclient.Interface // the driver's own client: lists, watches, reads and deletes requests
 	clock    clock.Clock
-	nodeName string // Options.NodeID, named on every request unless annotateOrigin is false
-	// annotateOrigin is false with Options.DisableOriginAnnotations: requests carry the
-	// bundle's annotations alone, as upstream.
-	annotateOrigin bool
-	nodeHash       string
-	informer       cache.SharedIndexInformer
+	nodeHash string
+	informer cache.SharedIndexInformer
 	// informerDone is closed when the informer started by start has stopped.
 	informerDone chan struct{}
 	lister       cmlisters.CertificateRequestLister
@@ -101,19 +102,19 @@ type requests struct {
 	accessChanged   chan struct{}
 }
 
-// newRequests sets up the informer on the node's requests; start runs it.
-func newRequests(client cmclient.Interface, clk clock.Clock, nodeName, nodeHash string, annotateOrigin bool, seen, deleted func(reqKey string)) (*requests, error) {
-	r := &requests{
-		client:         client,
-		nodeName:       nodeName,
-		annotateOrigin: annotateOrigin,
-		clock:          clk,
-		nodeHash:       nodeHash,
-		seen:           seen,
-		deleted:        deleted,
-		created:        make(map[string]uint64),
-		watchers:       make(map[string]map[chan struct{}]struct{}),
-		directReads:    rate.NewLimiter(directReadRate, directReadBurst),
+// New sets up the informer on the node's requests (those labelled with nodeHash); Start runs
+// it. seen and deleted are called with the key (see Key) of every request the informer adds or
+// updates, and deletes.
+func New(client cmclient.Interface, clk clock.Clock, nodeHash string, seen, deleted func(reqKey string)) (*View, error) {
+	r := &View{
+		client:      client,
+		clock:       clk,
+		nodeHash:    nodeHash,
+		seen:        seen,
+		deleted:     deleted,
+		created:     make(map[string]uint64),
+		watchers:    make(map[string]map[chan struct{}]struct{}),
+		directReads: rate.NewLimiter(directReadRate, directReadBurst),
 
 		informerRefused: make(map[string]error),
 		accessChanged:   make(chan struct{}),
@@ -154,33 +155,33 @@ func newRequests(client cmclient.Interface, clk clock.Clock, nodeName, nodeHash 
 }
 
 // start runs the informer until ctx ends and waits for its cache to sync. An error matching
-// ErrPermissionDenied says the apiserver refuses the informer's list or watch: the informer goes
+// apicall.ErrPermissionDenied says the apiserver refuses the informer's list or watch: the informer goes
 // on trying (on client-go's reflector backoff, up to 30 s between tries) and syncs once the
 // permission is granted.
-func (r *requests) start(ctx context.Context) error {
+func (r *View) Start(ctx context.Context) error {
 	r.informerDone = make(chan struct{})
 	go func() {
 		defer close(r.informerDone)
 		r.informer.RunWithContext(ctx)
 	}()
-	if err := r.waitForSync(ctx); err != nil {
+	if err := r.WaitForSync(ctx); err != nil {
 		return fmt.Errorf("CertificateRequest informer did not sync: %w", err)
 	}
 	return nil
 }
 
 // shutdown waits for the informer once the context given to start has ended.
-func (r *requests) shutdown() {
+func (r *View) Shutdown() {
 	if r.informerDone != nil {
 		<-r.informerDone
 	}
 }
 
 // waitForSync waits until the informer has synced or ctx ends, and ends at once with the
-// apiserver's refusal (matching ErrPermissionDenied) while it refuses the informer's list or
+// apiserver's refusal (matching apicall.ErrPermissionDenied) while it refuses the informer's list or
 // watch and the cache has not synced. It reacts to the informer's own signal; no timer is
 // involved.
-func (r *requests) waitForSync(ctx context.Context) error {
+func (r *View) WaitForSync(ctx context.Context) error {
 	for {
 		refused, changed := r.informerAccess()
 		select {
@@ -203,9 +204,9 @@ func (r *requests) waitForSync(ctx context.Context) error {
 
 // noteInformerCall records the outcome of one of the informer's calls (verb list or watch): a
 // refusal is kept until a call of that verb succeeds.
-func (r *requests) noteInformerCall(verb string, err error) {
+func (r *View) noteInformerCall(verb string, err error) {
 	refused := apicall.Refusal(err, verb, apicall.CertificateRequests, "", apicall.DriverAccount)
-	if refused != nil && !errors.Is(refused, ErrPermissionDenied) {
+	if refused != nil && !errors.Is(refused, apicall.ErrPermissionDenied) {
 		return // another failure: the reflector retries; the watch's suspicion covers it
 	}
 	r.mu.Lock()
@@ -227,7 +228,7 @@ func (r *requests) noteInformerCall(verb string, err error) {
 
 // informerAccess returns a refusal of the informer's calls, if one stands (list first), and a
 // channel closed when that changes.
-func (r *requests) informerAccess() (refused error, changed <-chan struct{}) {
+func (r *View) informerAccess() (refused error, changed <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, verb := range []string{"list", "watch"} {
@@ -249,16 +250,16 @@ func indexByVolumeHash(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// requestKey names a request the way the informer's events do ("namespace/name", or just
+// Key names a request the way the informer's events do ("namespace/name", or just
 // "name" in the empty namespace), so waiters and keys always match the events.
-func requestKey(namespace, name string) string {
+func Key(namespace, name string) string {
 	if namespace == "" {
 		return name
 	}
 	return namespace + "/" + name
 }
 
-func (r *requests) forgetOrder(reqKey string) {
+func (r *View) forgetOrder(reqKey string) {
 	r.mu.Lock()
 	delete(r.created, reqKey)
 	r.mu.Unlock()
@@ -267,7 +268,7 @@ func (r *requests) forgetOrder(reqKey string) {
 // noteCallFailed learns from a failed call to the apiserver: one that got no answer at all (a
 // refused or broken connection, see unreachable) means the informer's watch is down too, though
 // client-go retries a refused watch without reporting it.
-func (r *requests) noteCallFailed(err error) {
+func (r *View) noteCallFailed(err error) {
 	if apicall.Unreachable(err) {
 		r.suspectWatch()
 	}
@@ -275,7 +276,7 @@ func (r *requests) noteCallFailed(err error) {
 
 // changed is the informer's add and update handler: it calls seen and wakes the request's
 // waiters.
-func (r *requests) changed(obj any) {
+func (r *View) changed(obj any) {
 	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
 		r.seen(key)
 		r.notify(key)
@@ -284,7 +285,7 @@ func (r *requests) changed(obj any) {
 
 // gone is the informer's delete handler: it forgets the request's creation order, calls
 // deleted, and wakes the request's waiters.
-func (r *requests) gone(obj any) {
+func (r *View) gone(obj any) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return
@@ -296,7 +297,7 @@ func (r *requests) gone(obj any) {
 
 // suspectWatch marks the informer's watch as suspect, and wakes every waiter so that it starts
 // reading its request from the apiserver.
-func (r *requests) suspectWatch() {
+func (r *View) suspectWatch() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.watchSuspect {
@@ -316,14 +317,14 @@ func (r *requests) suspectWatch() {
 // watchLive is told that the informer opened a watch (which sends everything that changed since
 // the cache's resource version) or that an event came through one: the watch is not suspect.
 // Events the informer delivers after a relist prove nothing of the watch.
-func (r *requests) watchLive() {
+func (r *View) watchLive() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.watchSuspect = false
 }
 
 // notify wakes the request's waiters.
-func (r *requests) notify(reqKey string) {
+func (r *View) notify(reqKey string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for ch := range r.watchers[reqKey] {
@@ -332,4 +333,14 @@ func (r *requests) notify(reqKey string) {
 		default:
 		}
 	}
+}
+
+// Lister lists the node's requests from the informer's cache.
+func (r *View) Lister() cmlisters.CertificateRequestLister {
+	return r.lister
+}
+
+// HasSynced reports whether the informer's cache has synced.
+func (r *View) HasSynced() bool {
+	return r.informer.HasSynced()
 }

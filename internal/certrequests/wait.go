@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+package certrequests
 
 import (
 	"context"
@@ -24,9 +24,13 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"github.com/cert-manager/csi-lib/internal/apicall"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 )
+
+// ErrDeleted is the error of a wait whose request was deleted before it was issued.
+var ErrDeleted = errors.New("the request was deleted before it was issued")
 
 // waitError is how a wait for a request ends without an outcome: the last state seen, with
 // the cause (deadline, unmanage, stop) kept for errors.Is.
@@ -46,12 +50,12 @@ func (e *waitError) Unwrap() error { return e.cause }
 // at once. The wait reacts to informer events; a request not yet in the cache is waited for, and
 // a cache error other than "not found" is retried after cacheRetryInterval. While the informer's
 // watch is suspect (see watchSuspect) it also reads the request from the apiserver every
-// directReadInterval, so that a broken watch never holds a signed certificate back. A request
+// DirectReadInterval, so that a broken watch never holds a signed certificate back. A request
 // that the cache showed and then lost, or that a direct read no longer finds, was deleted. When
 // ctx ends the error is a *waitError naming the last state seen.
-func (r *requests) wait(ctx context.Context, read *cmapi.CertificateRequest) (req *cmapi.CertificateRequest, finished bool, err error) {
+func (r *View) Wait(ctx context.Context, read *cmapi.CertificateRequest) (req *cmapi.CertificateRequest, finished bool, err error) {
 	namespace, name := read.Namespace, read.Name
-	notify, unwatch := r.watch(requestKey(namespace, name))
+	notify, unwatch := r.watch(Key(namespace, name))
 	defer unwatch()
 	inCache := false
 	lastReason := "request not yet in the informer cache"
@@ -71,7 +75,7 @@ func (r *requests) wait(ctx context.Context, read *cmapi.CertificateRequest) (re
 		case err == nil:
 			inCache = true
 		case apierrors.IsNotFound(err) && inCache:
-			return nil, true, deletedWhileWaiting(name)
+			return nil, true, ErrDeleted
 		}
 		if direct != nil && (err != nil || newerThan(direct, req)) {
 			req, err = direct, nil
@@ -90,9 +94,9 @@ func (r *requests) wait(ctx context.Context, read *cmapi.CertificateRequest) (re
 			defer t.Stop()
 			retry = t.C()
 		}
-		switch suspect := r.isWatchSuspect() && !directRefused; {
+		switch suspect := r.WatchSuspect() && !directRefused; {
 		case suspect && pollTimer == nil:
-			pollTimer = r.clock.NewTimer(directReadInterval)
+			pollTimer = r.clock.NewTimer(DirectReadInterval)
 			poll = pollTimer.C()
 		case suspect:
 			poll = pollTimer.C()
@@ -107,30 +111,22 @@ func (r *requests) wait(ctx context.Context, read *cmapi.CertificateRequest) (re
 			pollTimer = nil
 			got, gone, err := r.readDirect(ctx, namespace, name)
 			if gone && (inCache || direct != nil) {
-				return nil, true, deletedWhileWaiting(name)
+				return nil, true, ErrDeleted
 			}
 			if got != nil {
 				direct = got
 			}
-			directRefused = errors.Is(err, ErrPermissionDenied)
+			directRefused = errors.Is(err, apicall.ErrPermissionDenied)
 		case <-ctx.Done():
 			return nil, false, &waitError{reason: lastReason, cause: context.Cause(ctx)}
 		}
 	}
 }
 
-// deletedWhileWaiting is the error of a wait whose request was deleted before it was issued. It
-// matches ErrPodTerminating: this process never deletes a request it waits for, and the garbage
-// collector deletes one when its pod is gone. Were the pod alive after all, kubelet's retry of
-// the publish issues anew.
-func deletedWhileWaiting(name string) error {
-	return fmt.Errorf("request %q was deleted before it was issued (%w)", name, ErrPodTerminating)
-}
-
 // readDirect reads a request from the apiserver (readByName), if the node-wide bound on direct
 // reads allows one now. gone is true when the apiserver does not have it; err is any other
 // failure.
-func (r *requests) readDirect(ctx context.Context, namespace, name string) (req *cmapi.CertificateRequest, gone bool, err error) {
+func (r *View) readDirect(ctx context.Context, namespace, name string) (req *cmapi.CertificateRequest, gone bool, err error) {
 	if !r.directReads.AllowN(r.clock.Now(), 1) {
 		return nil, false, nil
 	}
@@ -157,7 +153,7 @@ func newerThan(direct, cached *cmapi.CertificateRequest) bool {
 }
 
 // watch registers interest in changes to one request.
-func (r *requests) watch(reqKey string) (<-chan struct{}, func()) {
+func (r *View) watch(reqKey string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	r.mu.Lock()
 	if r.watchers[reqKey] == nil {
@@ -205,9 +201,9 @@ func pendingReason(req *cmapi.CertificateRequest) string {
 	}
 }
 
-// resumable reports whether the newest request of a volume may be waited on again: it has no
+// Resumable reports whether the newest request of a volume may be waited on again: it has no
 // Ready condition, or its Ready reason is Pending, Issued or empty.
-func resumable(req *cmapi.CertificateRequest) bool {
+func Resumable(req *cmapi.CertificateRequest) bool {
 	c := condition(req, cmapi.CertificateRequestConditionReady)
 	if c == nil {
 		return true
@@ -228,14 +224,14 @@ func condition(req *cmapi.CertificateRequest, t cmapi.CertificateRequestConditio
 	return nil
 }
 
-func (r *requests) isWatchSuspect() bool {
+func (r *View) WatchSuspect() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.watchSuspect
 }
 
 // waiting reports how many requests are being waited for.
-func (r *requests) waiting() int {
+func (r *View) Waiting() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.watchers)

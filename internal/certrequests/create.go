@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+package certrequests
 
 import (
 	"bytes"
@@ -30,94 +30,21 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/apimachinery/pkg/util/uuid"
 
-	"github.com/cert-manager/csi-lib/approval"
-	"github.com/cert-manager/csi-lib/internal/api"
-	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/apicall"
-	"github.com/cert-manager/csi-lib/metadata"
 )
-
-// build makes a volume's CertificateRequest: the node and volume hash labels, the bundle's
-// annotations with the node's and the pod's names added (see originAnnotations), the bundle's
-// spec, Duration always set, and exactly one owner reference to the pod (name and UID from the
-// volume context, even if empty), so that the garbage collector deletes the request with the
-// pod. CreationTimestamp is left to the apiserver.
-func (r *requests) build(meta metadata.Metadata, bundle *CertificateRequestBundle, csrPEM []byte) (*cmapi.CertificateRequest, error) {
-	annotations, err := r.originAnnotations(meta, bundle.Annotations)
-	if err != nil {
-		return nil, err
-	}
-	return &cmapi.CertificateRequest{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        string(uuid.NewUUID()),
-			Namespace:   bundle.Namespace,
-			Annotations: annotations,
-			Labels: map[string]string{
-				api.NodeIDHashLabelKey:   r.nodeHash,
-				api.VolumeIDHashLabelKey: util.HashIdentifier(meta.VolumeID),
-			},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1",
-				Kind:       "Pod",
-				Name:       meta.VolumeContext[metadata.PodNameVolumeContextKey],
-				UID:        types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey]),
-			}},
-		},
-		Spec: cmapi.CertificateRequestSpec{
-			Duration:  &metav1.Duration{Duration: bundle.Duration},
-			Request:   csrPEM,
-			IsCA:      bundle.IsCA,
-			Usages:    bundle.Usages,
-			IssuerRef: bundle.IssuerRef,
-		},
-	}, nil
-}
-
-// originAnnotations returns a copy of the bundle's annotations with the request's origin added,
-// so that the apiserver (examples/deploy/node-bound-policy.yaml) and an approver (package
-// approval) can check it: this node's name, and the pod's namespace, name and UID from the volume
-// context (each only when the context has it). A bundle may set one of these keys only to the
-// same value: a request naming another node or pod than its own is refused here, before anything
-// is created. Without annotateOrigin it returns the copy alone.
-func (r *requests) originAnnotations(meta metadata.Metadata, fromBundle map[string]string) (map[string]string, error) {
-	annotations := make(map[string]string, len(fromBundle)+4)
-	for k, v := range fromBundle {
-		annotations[k] = v
-	}
-	if !r.annotateOrigin {
-		return annotations, nil
-	}
-	for _, origin := range []struct{ key, value string }{
-		{approval.NodeNameAnnotationKey, r.nodeName},
-		{approval.PodNamespaceAnnotationKey, meta.VolumeContext[metadata.PodNamespaceVolumeContextKey]},
-		{approval.PodNameAnnotationKey, meta.VolumeContext[metadata.PodNameVolumeContextKey]},
-		{approval.PodUIDAnnotationKey, meta.VolumeContext[metadata.PodUIDVolumeContextKey]},
-	} {
-		if origin.value == "" {
-			continue
-		}
-		if v, set := annotations[origin.key]; set && v != origin.value {
-			return nil, fmt.Errorf("generating certificate request: the bundle's annotation %s is %q, but this request's is %q: the key is the library's", origin.key, v, origin.value)
-		}
-		annotations[origin.key] = origin.value
-	}
-	return annotations, nil
-}
 
 // create creates req with client, whose account who names (apicall.DriverAccount, apicall.PodAccount) for a
 // refusal's text, recording its place in this process's creation order first (kept when the
 // create's outcome is unknown).
-func (r *requests) create(ctx context.Context, client cmclient.Interface, who string, req *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
-	reqKey := requestKey(req.Namespace, req.Name)
+func (r *View) Create(ctx context.Context, client cmclient.Interface, who string, req *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
+	reqKey := Key(req.Namespace, req.Name)
 	r.noteCreated(reqKey)
 	created, err := client.CertmanagerV1().CertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
 	if err != nil {
 		r.noteCallFailed(err)
-		if !createOutcomeUnknown(err) {
+		if !CreateOutcomeUnknown(err) {
 			r.forgetOrder(reqKey)
 		}
 		return nil, fmt.Errorf("creating CertificateRequest: %w", apicall.Refusal(err, "create", apicall.CertificateRequests, req.Namespace, who))
@@ -127,9 +54,9 @@ func (r *requests) create(ctx context.Context, client cmclient.Interface, who st
 
 // readByName reads one request from the apiserver with the driver's own client, as a list that
 // selects its name (the consumers' charts grant list, not get); a request the apiserver does not
-// have is a NotFound error, a refusal matches ErrPermissionDenied. The name is checked here too:
+// have is a NotFound error, a refusal matches apicall.ErrPermissionDenied. The name is checked here too:
 // a fake clientset ignores field selectors.
-func (r *requests) readByName(ctx context.Context, namespace, name string) (*cmapi.CertificateRequest, error) {
+func (r *View) readByName(ctx context.Context, namespace, name string) (*cmapi.CertificateRequest, error) {
 	list, err := r.client.CertmanagerV1().CertificateRequests(namespace).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
 	})
@@ -145,12 +72,12 @@ func (r *requests) readByName(ctx context.Context, namespace, name string) (*cma
 	return nil, apierrors.NewNotFound(cmapi.Resource("certificaterequests"), name)
 }
 
-// createOutcomeUnknown reports whether a failed create may nevertheless have created the
+// CreateOutcomeUnknown reports whether a failed create may nevertheless have created the
 // request: no answer came from the apiserver (a broken connection, a deadline, a cancellation), or
 // it answered that it could not finish in time or failed inside (5xx). A refused connection is
 // not one, nor is a call the client's rate limiter held back (throttledBeforeSending): the
 // request never left.
-func createOutcomeUnknown(err error) bool {
+func CreateOutcomeUnknown(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		// A refused connection never carried the request, nor did a client that would not wait
@@ -168,34 +95,34 @@ func throttledBeforeSending(err error) bool {
 	return strings.Contains(err.Error(), "client rate limiter Wait returned an error")
 }
 
-// errRequestGone: a request whose create's outcome was unknown was created, and has been deleted
+// ErrRequestGone: a request whose create's outcome was unknown was created, and has been deleted
 // since.
-var errRequestGone = errors.New("the CertificateRequest was created and has been deleted since")
+var ErrRequestGone = errors.New("the CertificateRequest was created and has been deleted since")
 
-// errStillUnknown: settle could not find out whether the request exists.
-var errStillUnknown = errors.New("the outcome of creating the CertificateRequest is still unknown")
+// ErrStillUnknown: settle could not find out whether the request exists.
+var ErrStillUnknown = errors.New("the outcome of creating the CertificateRequest is still unknown")
 
 // settle finds the request this process created (created is true) or may have created (the
 // create's outcome is unknown), which the cache did not show: from the cache if it shows it now;
 // else by reading it from the apiserver (readByName, with the driver's own client: a read can be
-// repeated without risk); and if the apiserver does not have it, errRequestGone for a request
+// repeated without risk); and if the apiserver does not have it, ErrRequestGone for a request
 // created for certain, else by creating it again under the same name with client (whose account
 // who names), where AlreadyExists means the first create arrived meanwhile. A request read from
 // the apiserver must be the one sent (same labels and CSR). It returns the request as the
-// apiserver holds it; errRequestGone if it was created and deleted since; an error matching
-// errStillUnknown if no answer settled it (a broken or refused connection, a 5xx, a 429, a
-// refused read, which also matches ErrPermissionDenied); any other error says why the request can
+// apiserver holds it; ErrRequestGone if it was created and deleted since; an error matching
+// ErrStillUnknown if no answer settled it (a broken or refused connection, a 5xx, a 429, a
+// refused read, which also matches apicall.ErrPermissionDenied); any other error says why the request can
 // never be settled.
-func (r *requests) settle(ctx context.Context, client cmclient.Interface, who string, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
+func (r *View) Settle(ctx context.Context, client cmclient.Interface, who string, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
 	if cached, err := r.lister.CertificateRequests(sent.Namespace).Get(sent.Name); err == nil {
 		return cached, nil
 	}
 	got, err := r.readByName(ctx, sent.Namespace, sent.Name)
 	if apierrors.IsNotFound(err) && created {
-		return nil, errRequestGone
+		return nil, ErrRequestGone
 	}
 	if apierrors.IsNotFound(err) {
-		again, createErr := r.create(ctx, client, who, sent.DeepCopy())
+		again, createErr := r.Create(ctx, client, who, sent.DeepCopy())
 		switch {
 		case createErr == nil:
 			return again, nil
@@ -204,16 +131,16 @@ func (r *requests) settle(ctx context.Context, client cmclient.Interface, who st
 		case !apierrors.IsAlreadyExists(createErr):
 			// create forgot the request's order if the apiserver turned it away, which says
 			// nothing of the first create.
-			r.noteCreated(requestKey(sent.Namespace, sent.Name))
-			return nil, fmt.Errorf("%w: %w", errStillUnknown, createErr)
+			r.noteCreated(Key(sent.Namespace, sent.Name))
+			return nil, fmt.Errorf("%w: %w", ErrStillUnknown, createErr)
 		}
 		if got, err = r.readByName(ctx, sent.Namespace, sent.Name); apierrors.IsNotFound(err) {
-			return nil, errRequestGone
+			return nil, ErrRequestGone
 		}
 	}
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("%w: reading CertificateRequest %s/%s: %w", errStillUnknown, sent.Namespace, sent.Name, err)
+		return nil, fmt.Errorf("%w: reading CertificateRequest %s/%s: %w", ErrStillUnknown, sent.Namespace, sent.Name, err)
 	case !maps.Equal(got.Labels, sent.Labels) || !bytes.Equal(got.Spec.Request, sent.Spec.Request):
 		return nil, fmt.Errorf("CertificateRequest %s/%s exists but is not the request this volume sent", sent.Namespace, sent.Name)
 	}
@@ -233,30 +160,39 @@ func settledBy(err error) bool {
 		code != http.StatusTooManyRequests && !apierrors.IsAlreadyExists(err)
 }
 
-// errStaleCache: the informer's cache showed a request the apiserver no longer has.
-var errStaleCache = errors.New("the informer's cache is stale")
+// ErrStaleCache: the informer's cache showed a request the apiserver no longer has.
+var ErrStaleCache = errors.New("the informer's cache is stale")
 
 // delete deletes a request and forgets its creation order. A request already gone means the
-// cache that showed it is stale: the error matches errStaleCache.
-func (r *requests) delete(ctx context.Context, req *cmapi.CertificateRequest) error {
+// cache that showed it is stale: the error matches ErrStaleCache.
+func (r *View) Delete(ctx context.Context, req *cmapi.CertificateRequest) error {
 	err := r.client.CertmanagerV1().CertificateRequests(req.Namespace).Delete(ctx, req.Name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		r.noteCallFailed(err)
 		return fmt.Errorf("deleting stale CertificateRequest %s/%s: %w", req.Namespace, req.Name,
 			apicall.Refusal(err, "delete", apicall.CertificateRequests, req.Namespace, apicall.DriverAccount))
 	}
-	r.forgetOrder(requestKey(req.Namespace, req.Name))
+	r.forgetOrder(Key(req.Namespace, req.Name))
 	if err != nil {
-		return fmt.Errorf("deleting stale CertificateRequest %s/%s: it was already gone: %w", req.Namespace, req.Name, errStaleCache)
+		return fmt.Errorf("deleting stale CertificateRequest %s/%s: it was already gone: %w", req.Namespace, req.Name, ErrStaleCache)
 	}
 	return nil
 }
 
 // noteCreated records that this process created (or is creating) a request, after every other
 // it created.
-func (r *requests) noteCreated(reqKey string) {
+func (r *View) noteCreated(reqKey string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.createdSeq++
 	r.created[reqKey] = r.createdSeq
+}
+
+// CreatedHere reports whether the request has a place in this process's creation order: this
+// process created it, or may have (its create's outcome is unknown), and has not seen it deleted.
+func (r *View) CreatedHere(reqKey string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.created[reqKey]
+	return ok
 }

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+package certrequests
 
 import (
 	"context"
@@ -36,7 +36,7 @@ import (
 // forVolume returns the volume's requests from the informer cache, oldest first by
 // CreationTimestamp, then by the order this process created them, then by name. It uses the
 // volume-hash index (no scan over the node's requests).
-func (r *requests) forVolume(volumeID string) ([]*cmapi.CertificateRequest, error) {
+func (r *View) ForVolume(volumeID string) ([]*cmapi.CertificateRequest, error) {
 	objs, err := r.informer.GetIndexer().ByIndex(volumeHashIndex, util.HashIdentifier(volumeID))
 	if err != nil {
 		return nil, fmt.Errorf("listing CertificateRequests of volume: %w", err)
@@ -53,11 +53,11 @@ func (r *requests) forVolume(volumeID string) ([]*cmapi.CertificateRequest, erro
 
 // sortByCreation orders requests oldest first by CreationTimestamp, then by the order this
 // process created them, then by name.
-func (r *requests) sortByCreation(reqs []*cmapi.CertificateRequest) {
+func (r *View) sortByCreation(reqs []*cmapi.CertificateRequest) {
 	r.mu.Lock()
 	seq := make(map[*cmapi.CertificateRequest]uint64, len(reqs))
 	for _, req := range reqs {
-		seq[req] = r.created[requestKey(req.Namespace, req.Name)]
+		seq[req] = r.created[Key(req.Namespace, req.Name)]
 	}
 	r.mu.Unlock()
 	sort.Slice(reqs, func(i, j int) bool {
@@ -73,7 +73,7 @@ func (r *requests) sortByCreation(reqs []*cmapi.CertificateRequest) {
 }
 
 // exists reports whether the informer's cache holds the request.
-func (r *requests) exists(reqKey string) bool {
+func (r *View) Exists(reqKey string) bool {
 	ns, name, err := cache.SplitMetaNamespaceKey(reqKey)
 	if err != nil || name == "" {
 		return false
@@ -84,8 +84,8 @@ func (r *requests) exists(reqKey string) bool {
 
 // newestNotAfter is the expiry of the newest certificate issued for the volume, from the
 // informer's cache; zero if there is none.
-func (r *requests) newestNotAfter(volumeID string) time.Time {
-	reqs, err := r.forVolume(volumeID)
+func (r *View) NewestNotAfter(volumeID string) time.Time {
+	reqs, err := r.ForVolume(volumeID)
 	if err != nil {
 		return time.Time{}
 	}
@@ -100,7 +100,7 @@ func (r *requests) newestNotAfter(volumeID string) time.Time {
 // forVolumeFromAPIServer returns the volume's requests as the apiserver holds them (a list of
 // this node's requests of this one volume, by their labels), ordered as forVolume orders them:
 // for when the informer's cache is known to be stale.
-func (r *requests) forVolumeFromAPIServer(ctx context.Context, volumeID string) ([]*cmapi.CertificateRequest, error) {
+func (r *View) ForVolumeFromAPIServer(ctx context.Context, volumeID string) ([]*cmapi.CertificateRequest, error) {
 	selector := labels.SelectorFromSet(labels.Set{
 		api.NodeIDHashLabelKey:   r.nodeHash,
 		api.VolumeIDHashLabelKey: util.HashIdentifier(volumeID),

@@ -1,0 +1,101 @@
+/*
+Copyright 2026 The cert-manager Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package certrequests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	testclock "k8s.io/utils/clock/testing"
+)
+
+var (
+	connectionRefused = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	connectionReset   = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+)
+
+// newView is a View on a fake clientset, not started.
+func newView(t *testing.T) *View {
+	t.Helper()
+	v, err := New(fake.NewClientset(), testclock.NewFakeClock(time.Now()), "node-hash", func(string) {}, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// A call that got no answer at all makes the watch suspect (client-go retries a refused watch
+// without telling the informer); an answer, even a refusal, or the caller's own deadline does
+// not. An open watch, or an event through one, clears it.
+func TestUnansweredCallMakesTheWatchSuspect(t *testing.T) {
+	m := newView(t)
+	for name, tc := range map[string]struct {
+		err     error
+		suspect bool
+	}{
+		"refused connection": {connectionRefused, true},
+		"reset connection":   {connectionReset, true},
+		"a 500":              {apierrors.NewInternalError(errors.New("etcd")), false},
+		"a 429":              {apierrors.NewTooManyRequests("slow down", 1), false},
+		"the deadline":       {context.DeadlineExceeded, false},
+	} {
+		m.watchLive()
+		m.noteCallFailed(fmt.Errorf("creating CertificateRequest: %w", tc.err))
+		if got := m.WatchSuspect(); got != tc.suspect {
+			t.Errorf("%s: suspect %v, want %v", name, got, tc.suspect)
+		}
+	}
+	m.watchLive()
+	if m.WatchSuspect() {
+		t.Error("an open watch left the watch suspect")
+	}
+}
+
+// TestCreateOutcomeUnknown: only a create that may have reached the apiserver is unknown: no
+// answer (a broken connection, a deadline) or a 5xx. A refused connection, an answer below 500
+// and a call the client's own rate limiter held back (client-go's text) never created anything.
+func TestCreateOutcomeUnknown(t *testing.T) {
+	gr := schema.GroupResource{Group: "cert-manager.io", Resource: "certificaterequests"}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"connection reset", connectionReset, true},
+		{"deadline", context.DeadlineExceeded, true},
+		{"internal error", apierrors.NewInternalError(errors.New("x")), true},
+		{"server timeout", apierrors.NewServerTimeout(gr, "create", 1), true},
+		{"connection refused", refused, false},
+		{"forbidden", apierrors.NewForbidden(gr, "x", nil), false},
+		{"too many requests", apierrors.NewTooManyRequests("x", 1), false},
+		{"client rate limiter", fmt.Errorf("client rate limiter Wait returned an error: %w", errors.New("rate: Wait(n=1) would exceed context deadline")), false},
+	} {
+		if got := CreateOutcomeUnknown(tc.err); got != tc.want {
+			t.Errorf("%s: CreateOutcomeUnknown = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
