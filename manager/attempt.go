@@ -67,10 +67,10 @@ func (a *issueAttempt) callDriver(f func()) error {
 //  1. delete the volume's requests beyond MaxRequestsPerVolume, oldest first;
 //  2. read the metadata, unless the caller did; if this process created (or may have created)
 //     a request of the volume that the informer's cache has not shown yet (see
-//     pendingKeys.holdUnseen), settle it (see requests.settle) and wait for it: never a second
+//     pendingkeys.Keys.HoldUnseen), settle it (see certrequests.View.Settle) and wait for it: never a second
 //     request for one issuance, whether the create's outcome is unknown or the cache lags;
 //  3. resume the newest request if it is certrequests.Resumable (see certrequests.Resumable): with its private key
-//     held (pendingKeys), wait for it; without, delete it and go on; a request that is not
+//     held (pendingkeys.Keys), wait for it; without, delete it and go on; a request that is not
 //     certrequests.Resumable is left alone;
 //  4. ask the readiness gate, unless the caller did (a refusal is a *NotReadyToRequestError),
 //     then wait for admission (see admit), which is held until the attempt is over; a resume
@@ -111,13 +111,13 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	} else if meta, err = iss.store.ReadMetadata(v.id); err != nil {
 		return fmt.Errorf("reading metadata: %w", err)
 	}
-	if held, ok := iss.keys.unseenRequest(v.id); ok {
-		settled, err := a.settle(ctx, log, meta, held.request, held.created)
+	if held, ok := iss.keys.UnseenRequest(v.id); ok {
+		settled, err := a.settle(ctx, log, meta, held.Request, held.Created)
 		if err != nil {
 			return err
 		}
 		if settled != nil {
-			return a.waitAndWrite(ctx, meta, settled, held.key)
+			return a.waitAndWrite(ctx, meta, settled, held.Key)
 		}
 	}
 
@@ -126,9 +126,9 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	for n := len(reqs); n > 0 && certrequests.Resumable(reqs[n-1]); n = len(reqs) {
 		newest := reqs[n-1]
 		reqKey := certrequests.Key(newest.Namespace, newest.Name)
-		key, ok := iss.keys.inMemoryKey(reqKey)
+		key, ok := iss.keys.InMemoryKey(reqKey)
 		if !ok {
-			key, ok = iss.keys.recover(log, v.id, newest)
+			key, ok = iss.keys.Recover(log, v.id, newest)
 		}
 		if ok {
 			log.V(2).Info("Resuming CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
@@ -144,7 +144,7 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 		}
 	}
 	if !deletedNewest {
-		iss.keys.removeUnclaimed(log, v.id)
+		iss.keys.RemoveUnclaimed(log, v.id)
 	}
 
 	// Step 4.
@@ -208,7 +208,7 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	// Hold the key before the request exists, so an informer event never finds a request of
 	// ours without it.
 	reqKey := certrequests.Key(req.Namespace, req.Name)
-	iss.keys.remember(log, v.id, reqKey, key)
+	iss.keys.Remember(log, v.id, reqKey, key)
 	created, err := iss.requests.Create(ctx, client, iss.driver.createAccount, req)
 	if err != nil {
 		if certrequests.CreateOutcomeUnknown(err) {
@@ -226,7 +226,7 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 			}
 			return a.waitAndWrite(ctx, meta, settled, key)
 		}
-		iss.keys.requestDeleted(reqKey)
+		iss.keys.RequestDeleted(reqKey)
 		return err
 	}
 	log.Info("Created CertificateRequest", "request", created.Name, "namespace", created.Namespace)
@@ -248,7 +248,7 @@ func (a *issueAttempt) deleteRequest(ctx context.Context, log logr.Logger, req *
 	if err != nil && !errors.Is(err, certrequests.ErrStaleCache) {
 		return nil, fromAPIServer, err
 	}
-	iss.keys.requestDeleted(certrequests.Key(req.Namespace, req.Name))
+	iss.keys.RequestDeleted(certrequests.Key(req.Namespace, req.Name))
 	if err == nil {
 		log.V(2).Info("Deleted stale CertificateRequest", "request", req.Name, "namespace", req.Namespace)
 		return rest, fromAPIServer, nil
@@ -261,10 +261,10 @@ func (a *issueAttempt) deleteRequest(ctx context.Context, log logr.Logger, req *
 	return reqs, true, err
 }
 
-// holdUntilSeen holds the request as sent with its key (pendingKeys.holdUnseen) until the
+// holdUntilSeen holds the request as sent with its key (pendingkeys.Keys.HoldUnseen) until the
 // informer's cache shows it (seenIfCached covers an event that came before this call).
 func (a *issueAttempt) holdUntilSeen(reqKey string, sent *cmapi.CertificateRequest, created bool) {
-	a.iss.keys.holdUnseen(reqKey, sent, created)
+	a.iss.keys.HoldUnseen(reqKey, sent, created)
 	a.seenIfCached(reqKey)
 }
 
@@ -272,7 +272,7 @@ func (a *issueAttempt) holdUntilSeen(reqKey string, sent *cmapi.CertificateReque
 // it.
 func (a *issueAttempt) seenIfCached(reqKey string) {
 	if a.iss.requests.Exists(reqKey) {
-		a.iss.keys.seen(reqKey)
+		a.iss.keys.Seen(reqKey)
 	}
 }
 
@@ -300,12 +300,12 @@ func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadat
 		return got, nil
 	case errors.Is(err, certrequests.ErrRequestGone):
 		log.Info("A CertificateRequest whose create's outcome was unknown was created and has been deleted since", "request", sent.Name, "namespace", sent.Namespace)
-		iss.keys.requestDeleted(reqKey)
+		iss.keys.RequestDeleted(reqKey)
 		return nil, nil
 	case errors.Is(err, certrequests.ErrStillUnknown):
 		return nil, err
 	default:
-		iss.keys.requestDeleted(reqKey)
+		iss.keys.RequestDeleted(reqKey)
 		return nil, err
 	}
 }
@@ -321,7 +321,7 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 	if err != nil {
 		if finished {
 			// Denied, failed or deleted: the key is of no further use.
-			iss.keys.drop(reqKey)
+			iss.keys.Drop(reqKey)
 		}
 		if errors.Is(err, certrequests.ErrDeleted) {
 			return deletedWhileWaiting(name)
@@ -330,7 +330,7 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 	}
 	leaf, err := certs.ParseLeaf(req.Status.Certificate)
 	if err != nil {
-		iss.keys.drop(reqKey)
+		iss.keys.Drop(reqKey)
 		return fmt.Errorf("CertificateRequest %s/%s: %w", namespace, name, err)
 	}
 	nit, window := renewalSchedule(leaf, v.id, iss.jitter)
@@ -353,7 +353,7 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 	}
 	now := iss.clock.Now()
 	v.writeEnded(&keypairWrite{at: now, handed: nit, window: window})
-	iss.keys.drop(reqKey)
+	iss.keys.Drop(reqKey)
 	if !nit.After(now) {
 		v.logger(iss.log).Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
 			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)

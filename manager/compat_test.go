@@ -134,7 +134,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 	if len(written) != 1 || !keyMatches(t, written[0], issued.Status.Certificate) {
 		t.Fatal("the key pair written is not R's certificate with R's key")
 	}
-	keys := m.keys.count()
+	keys := m.keys.Count()
 	if keys != 0 {
 		t.Fatalf("%d keys kept after the key pair was written", keys)
 	}

@@ -24,8 +24,9 @@ limitations under the License.
 // after it. The Manager wires the owners together and serves the public API; nothing below it
 // holds a *Manager. The table's lock is taken before a volume's, never after. The node's
 // CertificateRequests (the informer, and finding, creating, settling, waiting for and deleting a
-// volume's requests) are package internal/certrequests's; what a refused or unanswered call to
-// the apiserver means is internal/apicall's.
+// volume's requests) are package internal/certrequests's; the private keys of submitted requests,
+// in memory and beside the metadata, internal/pendingkeys's; what a refused or unanswered call to
+// the apiserver means, internal/apicall's.
 //
 //	manager.go      the public API (options.go: Options and their defaults); wires the owners;
 //	                Stop, through the lifetime (lifetime.go) its goroutines register with
@@ -45,9 +46,6 @@ limitations under the License.
 //	issuer.go       what an attempt uses, shared by the loops and the publishes
 //	attempt.go      one attempt's steps, top to bottom, handing each to the owners below
 //	admission.go    the node-wide limits: slots and a rate bucket, first come first served
-//	keys.go         the private keys of submitted requests, in memory and beside the metadata,
-//	                and those the start-up sweep kept; the only writer of key files, whose
-//	                format is keyfile.go's
 //	request.go      a volume's CertificateRequest, built from the driver's bundle with its origin
 //	                annotations
 //	outage.go       notices an unreachable apiserver, probes it, and wakes the loops that failed

@@ -22,6 +22,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
+	"github.com/cert-manager/csi-lib/internal/pendingkeys"
 	"github.com/cert-manager/csi-lib/storage"
 )
 
@@ -40,7 +41,7 @@ type issuer struct {
 
 	builder   requestBuilder
 	requests  *certrequests.View
-	keys      *pendingKeys
+	keys      *pendingkeys.Keys
 	admission *admission
 	board     *board
 	// outage tells the loops when an apiserver they could not reach is back.

@@ -29,6 +29,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
+	"github.com/cert-manager/csi-lib/internal/pendingkeys"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -74,7 +75,7 @@ func NewManager(opts Options) (*Manager, error) {
 			driver:               driverFuncsOf(opts, ownCreates),
 			maxRequestsPerVolume: opts.MaxRequestsPerVolume,
 			jitter:               opts.RenewalJitter,
-			keys:                 newPendingKeys(log, opts.MetadataReader),
+			keys:                 pendingkeys.New(log, opts.MetadataReader),
 			builder:              requestBuilder{nodeName: opts.NodeID, nodeHash: nodeHash, annotateOrigin: !opts.DisableOriginAnnotations},
 		},
 		opts:     opts,
@@ -88,7 +89,7 @@ func NewManager(opts Options) (*Manager, error) {
 		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
 		func() { opts.Metrics.IncrementAdmissionWaits(nodeHash) })
 	m.outage = newOutage(opts.Clock, apiserverProbe(opts.Client), m.life)
-	if m.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.keys.seen, m.keys.requestDeleted); err != nil {
+	if m.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.keys.Seen, m.keys.RequestDeleted); err != nil {
 		m.life.end()
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 
-	m.keys.loadSwept(m.requests.Exists, func(d time.Duration, f func()) func() bool { return afterFunc(opts.Clock, d, f) }, m.expireSweptKeys)
+	m.keys.LoadSwept(m.requests.Exists, func(d time.Duration, f func()) func() bool { return afterFunc(opts.Clock, d, f) }, m.expireSweptKeys)
 	m.resumeMountedVolumes()
 	m.table.showAllCounts() // every state, zeros included, from the start
 	return m, nil
@@ -161,7 +162,7 @@ func (m *Manager) expireSweptKeys() {
 		return
 	}
 	defer tr.done()
-	m.keys.expireSwept()
+	m.keys.ExpireSwept()
 }
 
 // CertificateRequestLister lists the node's CertificateRequests from the manager's informer
@@ -382,7 +383,7 @@ func (m *Manager) Stop() {
 			// No fence: Stop must not wait for a WriteKeypair.
 			v.ctx.cancel()
 		}
-		m.keys.stop()
+		m.keys.Stop()
 		m.series.stop()
 		m.life.end()
 		if m.board.conditions != nil {

@@ -100,7 +100,7 @@ func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
 				if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
 					t.Fatal("the attempt whose create and settling broke succeeded")
 				}
-				if _, ok := m.keys.unseenRequest("v1"); !ok {
+				if _, ok := m.keys.UnseenRequest("v1"); !ok {
 					t.Error("the key of a create whose outcome is unknown was not kept")
 				}
 				m.UnmanageVolume("v1")
@@ -129,8 +129,8 @@ func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
 			if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(leaf.PublicKey) {
 				t.Fatal("the key written is not the key the request was made with")
 			}
-			if _, ok := m.keys.unseenRequest("v1"); ok || m.keys.count() != 0 {
-				t.Fatalf("keys left after the issuance: %d", m.keys.count())
+			if _, ok := m.keys.UnseenRequest("v1"); ok || m.keys.Count() != 0 {
+				t.Fatalf("keys left after the issuance: %d", m.keys.Count())
 			}
 		})
 	}
@@ -153,8 +153,8 @@ func TestRefusedCreateForgetsTheKey(t *testing.T) {
 	if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); !apierrors.IsForbidden(err) {
 		t.Fatalf("error %v, want the refusal", err)
 	}
-	if _, ok := m.keys.unseenRequest("v1"); ok || m.keys.count() != 0 {
-		t.Fatalf("a refused create kept its key (%d keys)", m.keys.count())
+	if _, ok := m.keys.UnseenRequest("v1"); ok || m.keys.Count() != 0 {
+		t.Fatalf("a refused create kept its key (%d keys)", m.keys.Count())
 	}
 	m.UnmanageVolume("v1")
 	e.manageAndIssue("v1")
@@ -220,8 +220,8 @@ func TestSettlingWithoutAnAnswerKeepsTheKey(t *testing.T) {
 	if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
 		t.Fatal("the attempt whose create and settling got no answer succeeded")
 	}
-	held, ok := m.keys.unseenRequest("v1")
-	sent := held.request
+	held, ok := m.keys.UnseenRequest("v1")
+	sent := held.Request
 	if !ok {
 		t.Fatal("the key was forgotten although the first create's outcome is still unknown")
 	}
@@ -323,7 +323,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 				t.Fatal("the key written is not the key the request was made with")
 			}
 			release()
-			e.poll("the cache to show the request", func() bool { _, held := m.keys.unseenRequest("v1"); return !held })
+			e.poll("the cache to show the request", func() bool { _, held := m.keys.UnseenRequest("v1"); return !held })
 		})
 	}
 }

@@ -353,7 +353,7 @@ func TestRefusedSettlingReadIsPermissionDenied(t *testing.T) {
 	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), `list certificaterequests.cert-manager.io in namespace "ns"`) {
 		t.Fatalf("attempt whose settling read is refused: %v", err)
 	}
-	if _, ok := m.keys.unseenRequest("v1"); !ok {
+	if _, ok := m.keys.UnseenRequest("v1"); !ok {
 		t.Error("the request whose create's outcome is unknown is no longer held")
 	}
 }

@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cert-manager/csi-lib/internal/certrequests"
+	"github.com/cert-manager/csi-lib/internal/pendingkeys"
 	"github.com/cert-manager/csi-lib/storage"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
@@ -88,7 +89,7 @@ func TestRestartResumesPendingRequest(t *testing.T) {
 	})
 	files, _ := e.store.ReadFiles("v1")
 	for name, content := range files {
-		if block, _ := pem.Decode(content); block != nil && block.Headers[pendingKeyRequestHeader] != "" {
+		if block, _ := pem.Decode(content); block != nil && block.Headers[pendingkeys.RequestHeader] != "" {
 			t.Fatalf("the persisted key is among the volume's files (%s)", name)
 		}
 	}
@@ -110,7 +111,7 @@ func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
 	a.Stop()
 	// Replace the persisted key with another key for the same request.
 	other, _ := testkit.NewKey()
-	newPendingKeys(a.log, e.store).remember(a.log, "v1", certrequests.Key(pending.Namespace, pending.Name), other)
+	pendingkeys.New(a.log, e.store).Remember(a.log, "v1", certrequests.Key(pending.Namespace, pending.Name), other)
 
 	b, err := NewManager(e.opts)
 	if err != nil {
@@ -128,8 +129,8 @@ func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
 		t.Fatal(err)
 	}
 	block, _ := pem.Decode(data)
-	if block.Headers[pendingKeyRequestHeader] != certrequests.Key(replacement.Namespace, replacement.Name) {
-		t.Fatalf("persisted key names %q, want the replacement", block.Headers[pendingKeyRequestHeader])
+	if block.Headers[pendingkeys.RequestHeader] != certrequests.Key(replacement.Namespace, replacement.Name) {
+		t.Fatalf("persisted key names %q, want the replacement", block.Headers[pendingkeys.RequestHeader])
 	}
 	b.Stop()
 
@@ -222,7 +223,7 @@ func TestSweptKeyExpires(t *testing.T) {
 	e := newEnv(t, nil)
 	crashDuringFirstIssuance(t, e)
 	e.poll("the grace period's timer", func() bool { return e.clock.HasWaiters() })
-	e.clock.Step(sweptKeyGrace - time.Millisecond)
+	e.clock.Step(pendingkeys.SweptKeyGrace - time.Millisecond)
 	if !e.clock.HasWaiters() || !e.sweptKeyKept() {
 		t.Fatal("the kept key was removed before the grace period ended")
 	}

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+package pendingkeys
 
 import (
 	"crypto/ecdh"
@@ -49,7 +49,7 @@ func TestGoesWithRequest(t *testing.T) {
 	persisted := func(header string, der []byte) []byte {
 		block := &pem.Block{Type: "PRIVATE KEY", Bytes: der}
 		if header != "" {
-			block.Headers = map[string]string{pendingKeyRequestHeader: header}
+			block.Headers = map[string]string{RequestHeader: header}
 		}
 		return pem.EncodeToMemory(block)
 	}

@@ -14,7 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+// Package pendingkeys holds the private keys of a node's submitted CertificateRequests until
+// their key pairs are written: in memory, and, with a store that can keep them, in a file beside
+// the volume's metadata, so that a restarted driver resumes a pending request instead of
+// creating another. It is the only code that writes or removes those files.
+package pendingkeys
 
 import (
 	"crypto"
@@ -30,7 +34,7 @@ import (
 	"github.com/cert-manager/csi-lib/storage"
 )
 
-// pendingKeys holds the private keys of submitted CertificateRequests whose key pair is not yet
+// Keys holds the private keys of submitted CertificateRequests whose key pair is not yet
 // written, and is the only code that writes or deletes a persisted key file.
 //
 // In memory, keys are held by request key. They outlive UnmanageVolume, so that kubelet's retry
@@ -48,8 +52,8 @@ import (
 // volumes whose first publish was in flight when the driver stopped) wait for their volume to
 // be published again, which adopts the key back into the volume and resumes its request. A kept
 // key is removed when its request is deleted or was already gone at start-up, and in any case
-// sweptKeyGrace after start-up.
-type pendingKeys struct {
+// SweptKeyGrace after start-up.
+type Keys struct {
 	log   logr.Logger
 	store storage.PendingKeyStore // nil: keys live in memory only
 	swept storage.SweptKeyStore   // nil: the store keeps no swept keys
@@ -57,7 +61,7 @@ type pendingKeys struct {
 	// mu guards the maps and serialises every read and write of the key files: the informer's
 	// delete events remove keys while attempts write them.
 	mu       sync.Mutex
-	inMemory map[string]heldKey
+	inMemory map[string]Held
 	// unseen holds, by volume ID, the request key of the volume's request that this process
 	// created, or may have created, and that the informer's cache has not shown yet (see
 	// holdUnseen); its key is in inMemory.
@@ -68,19 +72,20 @@ type pendingKeys struct {
 	stopExpiry func() bool
 }
 
-// heldKey is the private key of one submitted request, and the volume it is for.
-type heldKey struct {
-	volumeID string
-	key      any
-	// request is the request as it was sent, until the informer's cache shows it; nil after.
-	request *cmapi.CertificateRequest
-	// created: the apiserver answered the create of request with the request (its outcome is
+// Held is the private key of one submitted request, and the volume it is for.
+type Held struct {
+	VolumeID string
+	Key      any
+	// Request is the request as it was sent, until the informer's cache shows it; nil after.
+	Request *cmapi.CertificateRequest
+	// Created: the apiserver answered the create of Request with the request (its outcome is
 	// known); false while the outcome is unknown.
-	created bool
+	Created bool
 }
 
-func newPendingKeys(log logr.Logger, store storage.MetadataReader) *pendingKeys {
-	k := &pendingKeys{log: log, inMemory: make(map[string]heldKey), unseen: make(map[string]string), sweptFor: make(map[string]string)}
+// New holds keys for the volumes of store, on disk too if store is a storage.PendingKeyStore.
+func New(log logr.Logger, store storage.MetadataReader) *Keys {
+	k := &Keys{log: log, inMemory: make(map[string]Held), unseen: make(map[string]string), sweptFor: make(map[string]string)}
 	k.store, _ = store.(storage.PendingKeyStore)
 	k.swept, _ = store.(storage.SweptKeyStore)
 	if k.store == nil {
@@ -89,13 +94,13 @@ func newPendingKeys(log logr.Logger, store storage.MetadataReader) *pendingKeys 
 	return k
 }
 
-// remember holds the key of a request about to be created, in memory and, if the store can
+// Remember holds the key of a request about to be created, in memory and, if the store can
 // keep it, on disk. A key that cannot be encoded, or a failed write, is logged: the request then
 // lives on the key in memory only.
-func (k *pendingKeys) remember(log logr.Logger, volumeID, reqKey string, key crypto.PrivateKey) {
+func (k *Keys) Remember(log logr.Logger, volumeID, reqKey string, key crypto.PrivateKey) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.inMemory[reqKey] = heldKey{volumeID: volumeID, key: key}
+	k.inMemory[reqKey] = Held{VolumeID: volumeID, Key: key}
 	if k.store == nil {
 		return
 	}
@@ -109,101 +114,101 @@ func (k *pendingKeys) remember(log logr.Logger, volumeID, reqKey string, key cry
 	}
 }
 
-// inMemoryKey returns the request's key if this process holds it.
-func (k *pendingKeys) inMemoryKey(reqKey string) (any, bool) {
+// InMemoryKey returns the request's key if this process holds it.
+func (k *Keys) InMemoryKey(reqKey string) (any, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	pk, ok := k.inMemory[reqKey]
-	return pk.key, ok
+	return pk.Key, ok
 }
 
-// holdUnseen keeps the key of a request this process created (created is true), or may have
+// HoldUnseen keeps the key of a request this process created (created is true), or may have
 // created (the connection broke, or the deadline passed, after the create was sent), with the
-// request as it was sent, until the informer's cache shows that request (seen). Meanwhile the
+// request as it was sent, until the informer's cache shows that request (Seen). Meanwhile the
 // volume's next attempt settles that request (from the cache, else by reading it from the
 // apiserver) instead of creating another: a cache that lags behind a create never costs a
 // second request. The key was remembered before the create.
-func (k *pendingKeys) holdUnseen(reqKey string, req *cmapi.CertificateRequest, created bool) {
+func (k *Keys) HoldUnseen(reqKey string, req *cmapi.CertificateRequest, created bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	pk, ok := k.inMemory[reqKey]
 	if !ok {
 		return
 	}
-	pk.request, pk.created = req, created
+	pk.Request, pk.Created = req, created
 	k.inMemory[reqKey] = pk
-	k.unseen[pk.volumeID] = reqKey
+	k.unseen[pk.VolumeID] = reqKey
 }
 
-// unseenRequest returns what is held of the volume's request that the cache has not shown yet
-// (holdUnseen): the request as sent, its key and whether it was created for certain; ok is
+// UnseenRequest returns what is held of the volume's request that the cache has not shown yet
+// (HoldUnseen): the request as sent, its key and whether it was created for certain; ok is
 // false when there is none.
-func (k *pendingKeys) unseenRequest(volumeID string) (held heldKey, ok bool) {
+func (k *Keys) UnseenRequest(volumeID string) (held Held, ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	reqKey, ok := k.unseen[volumeID]
 	if !ok {
-		return heldKey{}, false
+		return Held{}, false
 	}
 	return k.inMemory[reqKey], true
 }
 
-// seen records that the informer's cache shows the request: its key stays held as any pending
+// Seen records that the informer's cache shows the request: its key stays held as any pending
 // request's, and the volume's attempts find the request in the cache from now on. The
 // informer's add and update events call it for every request.
-func (k *pendingKeys) seen(reqKey string) {
+func (k *Keys) Seen(reqKey string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	pk, ok := k.inMemory[reqKey]
-	if !ok || pk.request == nil {
+	if !ok || pk.Request == nil {
 		return
 	}
-	pk.request, pk.created = nil, false
+	pk.Request, pk.Created = nil, false
 	k.inMemory[reqKey] = pk
-	delete(k.unseen, pk.volumeID)
+	delete(k.unseen, pk.VolumeID)
 }
 
-// count is how many keys are held in memory.
-func (k *pendingKeys) count() int {
+// Count is how many keys are held in memory.
+func (k *Keys) Count() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.inMemory)
 }
 
-// drop forgets a request's key once it can no longer be used: in memory and, if the volume's
+// Drop forgets a request's key once it can no longer be used: in memory and, if the volume's
 // persisted key is this request's, on disk (a newer request's key is left alone).
-func (k *pendingKeys) drop(reqKey string) {
+func (k *Keys) Drop(reqKey string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.dropLocked(reqKey)
 }
 
-func (k *pendingKeys) dropLocked(reqKey string) {
+func (k *Keys) dropLocked(reqKey string) {
 	pk, ok := k.inMemory[reqKey]
 	if !ok {
 		return
 	}
 	delete(k.inMemory, reqKey)
-	if k.unseen[pk.volumeID] == reqKey {
-		delete(k.unseen, pk.volumeID)
+	if k.unseen[pk.VolumeID] == reqKey {
+		delete(k.unseen, pk.VolumeID)
 	}
 	if k.store == nil {
 		return
 	}
-	data, err := k.store.ReadPendingKey(pk.volumeID)
+	data, err := k.store.ReadPendingKey(pk.VolumeID)
 	if err != nil {
 		return // none, or unreadable: left alone
 	}
 	if goesWithRequest(data, reqKey) {
-		if err := k.store.RemovePendingKey(pk.volumeID); err != nil {
-			k.log.Error(err, "Removing a persisted pending key", "volume_id", pk.volumeID, "request", reqKey)
+		if err := k.store.RemovePendingKey(pk.VolumeID); err != nil {
+			k.log.Error(err, "Removing a persisted pending key", "volume_id", pk.VolumeID, "request", reqKey)
 		}
 	}
 }
 
-// requestDeleted forgets everything held for a request that no longer exists: its key in
+// RequestDeleted forgets everything held for a request that no longer exists: its key in
 // memory, its persisted key and a kept key of a swept volume.
-func (k *pendingKeys) requestDeleted(reqKey string) {
+func (k *Keys) RequestDeleted(reqKey string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.dropLocked(reqKey)
@@ -214,11 +219,11 @@ func (k *pendingKeys) requestDeleted(reqKey string) {
 	}
 }
 
-// recover returns the persisted key of the volume's newest certrequests.Resumable request, newest, and
+// Recover returns the persisted key of the volume's newest certrequests.Resumable request, newest, and
 // holds it in memory, if the store has one for that request that matches the request's CSR. A
 // key the start-up sweep kept for the volume is adopted first. A persisted key for another
 // request, or one that does not match, is removed and logged.
-func (k *pendingKeys) recover(log logr.Logger, volumeID string, newest *cmapi.CertificateRequest) (any, bool) {
+func (k *Keys) Recover(log logr.Logger, volumeID string, newest *cmapi.CertificateRequest) (any, bool) {
 	if k.store == nil {
 		return nil, false
 	}
@@ -242,14 +247,14 @@ func (k *pendingKeys) recover(log logr.Logger, volumeID string, newest *cmapi.Ce
 		k.removeLocked(log, volumeID, reqKey, "it does not match the request's CSR")
 		return nil, false
 	}
-	k.inMemory[reqKey] = heldKey{volumeID: volumeID, key: key}
+	k.inMemory[reqKey] = Held{VolumeID: volumeID, Key: key}
 	log.Info("Recovered the persisted private key of a pending CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
 	return key, true
 }
 
-// removeUnclaimed removes the volume's persisted key, if any, when the volume has no pending
+// RemoveUnclaimed removes the volume's persisted key, if any, when the volume has no pending
 // request: the key belongs to a request that no longer exists.
-func (k *pendingKeys) removeUnclaimed(log logr.Logger, volumeID string) {
+func (k *Keys) RemoveUnclaimed(log logr.Logger, volumeID string) {
 	if k.store == nil {
 		return
 	}
@@ -265,7 +270,7 @@ func (k *pendingKeys) removeUnclaimed(log logr.Logger, volumeID string) {
 }
 
 // removeLocked removes the volume's persisted key and logs why; k.mu is held.
-func (k *pendingKeys) removeLocked(log logr.Logger, volumeID, reqKey, why string) {
+func (k *Keys) removeLocked(log logr.Logger, volumeID, reqKey, why string) {
 	log.Info("Removing a persisted pending key: "+why, "request", reqKey)
 	if err := k.store.RemovePendingKey(volumeID); err != nil {
 		log.Error(err, "Removing a persisted pending key")
@@ -274,7 +279,7 @@ func (k *pendingKeys) removeLocked(log logr.Logger, volumeID, reqKey, why string
 
 // readLocked decodes the volume's persisted key: the request it names and the key. found is
 // false when there is none; k.mu is held.
-func (k *pendingKeys) readLocked(volumeID string) (reqKey string, key crypto.Signer, found bool, err error) {
+func (k *Keys) readLocked(volumeID string) (reqKey string, key crypto.Signer, found bool, err error) {
 	data, err := k.store.ReadPendingKey(volumeID)
 	if errors.Is(err, storage.ErrNotFound) {
 		return "", nil, false, nil
@@ -286,14 +291,14 @@ func (k *pendingKeys) readLocked(volumeID string) (reqKey string, key crypto.Sig
 	return reqKey, key, true, err
 }
 
-// sweptKeyGrace is how long a kept key waits for its volume to be published again: more than
+// SweptKeyGrace is how long a kept key waits for its volume to be published again: more than
 // two of kubelet's longest retry intervals (about two minutes).
-const sweptKeyGrace = 5 * time.Minute
+const SweptKeyGrace = 5 * time.Minute
 
-// loadSwept learns which request each kept key belongs to and removes those whose request does
+// LoadSwept learns which request each kept key belongs to and removes those whose request does
 // not exist (requestExists reads the synced informer) or that cannot be decoded. If any key is
 // kept, afterFunc arms the end of the grace period, which calls expire.
-func (k *pendingKeys) loadSwept(requestExists func(reqKey string) bool, afterFunc func(time.Duration, func()) func() bool, expire func()) {
+func (k *Keys) LoadSwept(requestExists func(reqKey string) bool, afterFunc func(time.Duration, func()) func() bool, expire func()) {
 	if k.swept == nil {
 		return
 	}
@@ -320,15 +325,15 @@ func (k *pendingKeys) loadSwept(requestExists func(reqKey string) bool, afterFun
 			continue
 		}
 		k.sweptFor[id] = reqKey
-		log.Info("Keeping the pending key of a removed volume until its volume is published again", "request", reqKey, "grace_period", sweptKeyGrace)
+		log.Info("Keeping the pending key of a removed volume until its volume is published again", "request", reqKey, "grace_period", SweptKeyGrace)
 	}
 	if len(k.sweptFor) > 0 {
-		k.stopExpiry = afterFunc(sweptKeyGrace, expire)
+		k.stopExpiry = afterFunc(SweptKeyGrace, expire)
 	}
 }
 
-// expireSwept removes every kept key still waiting when the grace period ends.
-func (k *pendingKeys) expireSwept() {
+// ExpireSwept removes every kept key still waiting when the grace period ends.
+func (k *Keys) ExpireSwept() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for id, reqKey := range k.sweptFor {
@@ -336,8 +341,8 @@ func (k *pendingKeys) expireSwept() {
 	}
 }
 
-// stop stops the grace period's timer.
-func (k *pendingKeys) stop() {
+// Stop stops the grace period's timer.
+func (k *Keys) Stop() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.stopExpiry != nil {
@@ -347,7 +352,7 @@ func (k *pendingKeys) stop() {
 
 // adoptSweptLocked moves the key the sweep kept for the volume ID back into the volume; k.mu
 // is held. It reports whether there was one.
-func (k *pendingKeys) adoptSweptLocked(log logr.Logger, volumeID string) bool {
+func (k *Keys) adoptSweptLocked(log logr.Logger, volumeID string) bool {
 	if _, kept := k.sweptFor[volumeID]; !kept {
 		return false
 	}
@@ -368,7 +373,7 @@ func (k *pendingKeys) adoptSweptLocked(log logr.Logger, volumeID string) bool {
 }
 
 // removeSweptLocked removes a kept key and forgets it; k.mu is held.
-func (k *pendingKeys) removeSweptLocked(volumeID string, keysAndValues ...any) {
+func (k *Keys) removeSweptLocked(volumeID string, keysAndValues ...any) {
 	delete(k.sweptFor, volumeID)
 	log := k.log.WithValues("volume_id", volumeID)
 	if err := k.swept.RemoveSweptPendingKey(volumeID); err != nil {

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+package pendingkeys
 
 import (
 	"crypto"
@@ -33,11 +33,11 @@ func encodePendingKey(key crypto.PrivateKey, reqKey string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Headers: map[string]string{pendingKeyRequestHeader: reqKey}, Bytes: der}), nil
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Headers: map[string]string{RequestHeader: reqKey}, Bytes: der}), nil
 }
 
-// pendingKeyRequestHeader is the PEM header naming the request a persisted key belongs to.
-const pendingKeyRequestHeader = "CertificateRequest"
+// RequestHeader is the PEM header naming the request a persisted key belongs to.
+const RequestHeader = "CertificateRequest"
 
 // goesWithRequest reports whether a persisted key (data) is removed with the request reqKey:
 // its header names that request, or it cannot be decoded (decodePendingKey fails). Every
@@ -45,7 +45,7 @@ const pendingKeyRequestHeader = "CertificateRequest"
 // another request, the one case where whether it decodes decides.
 func goesWithRequest(data []byte, reqKey string) bool {
 	block, _ := pem.Decode(data)
-	if block == nil || block.Headers[pendingKeyRequestHeader] == reqKey {
+	if block == nil || block.Headers[RequestHeader] == reqKey {
 		return true
 	}
 	_, err := pendingKeySigner(block)
@@ -62,7 +62,7 @@ func decodePendingKey(data []byte) (reqKey string, key crypto.Signer, err error)
 	if err != nil {
 		return "", nil, err
 	}
-	return block.Headers[pendingKeyRequestHeader], signer, nil
+	return block.Headers[RequestHeader], signer, nil
 }
 
 // pendingKeySigner parses the key of a persisted key's PEM block.
