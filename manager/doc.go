@@ -24,8 +24,9 @@ limitations under the License.
 // after it. The Manager wires the owners together and serves the public API; nothing below it
 // holds a *Manager. The table's lock is taken before a volume's, never after.
 //
-//	manager.go      the public API (options.go: Options and their defaults); wires the owners;
-//	                Stop, through the lifetime (lifetime.go) its goroutines register with
+//	manager.go      the public API (options.go: Options and their defaults, and the pod
+//	                condition's reasons); wires the owners; Stop, through the lifetime
+//	                (lifetime.go) its goroutines register with
 //	table.go        the managed volumes, by ID and by pod, with what is shown of each and the
 //	                count of volumes in each state; every change to what is shown of a volume
 //	                passes its changeLocked, which tells the board
@@ -57,8 +58,9 @@ limitations under the License.
 //	permissions.go  names a refused call (ErrPermissionDenied) and runs the start-up access check
 //	board.go        the one place attempts report to: the metrics, the Events on the pod (their
 //	                reasons in events.go), the overdue and expiry timers, and, as the table's
-//	                observer, the state gauge and the pod conditions
-//	podcondition.go each pod's condition for its readiness gates, written by a queue
+//	                observer, the state gauge and what each volume contributes to its pod's
+//	                condition, which internal/podcondition's writer writes for the pod's
+//	                readiness gates from a queue
 //	errors.go, timer.go  the sentinels; afterFunc on the injected clock
 //
 // # A volume's status

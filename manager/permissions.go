@@ -83,11 +83,10 @@ func refusal(err error, verb, resource, namespace, who string) error {
 	return &permissionError{verb: verb, resource: resource, namespace: namespace, account: account, err: err}
 }
 
-// The resources the manager calls, as a refusal names them.
+// The resources the manager calls, as a refusal names them (the pod condition's writer names
+// its own).
 const (
 	certificateRequestsResource = "certificaterequests.cert-manager.io"
-	podsResource                = "pods"
-	podStatusResource           = "pods/status"
 )
 
 // accessRule is one RBAC rule the manager's calls need: verbs on a resource of an API group.
