@@ -17,6 +17,7 @@ limitations under the License.
 package podcondition
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -24,8 +25,13 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -135,5 +141,89 @@ func TestGonePodIsDropped(t *testing.T) {
 	w.mu.Unlock()
 	if left != 0 {
 		t.Fatal("the gone pod outlived its volume")
+	}
+}
+
+// TestRefusedNamesTheCall: the error of a read and of a patch goes through Refused with the
+// call's verb, resource and namespace, and the pod is retried after the queue's backoff.
+func TestRefusedNamesTheCall(t *testing.T) {
+	kube := kubefake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod-v1", Namespace: "ns", UID: "uid-v1"}})
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "pod-v1", errors.New("no"))
+	var mu sync.Mutex
+	calls := map[string]int{}
+	for _, verb := range []string{"get", "patch"} {
+		kube.PrependReactor(verb, "pods", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if calls[verb]++; calls[verb] == 1 {
+				return true, nil, forbidden
+			}
+			return false, nil, nil
+		})
+	}
+	w := newTestWriter(t, kube)
+	// A resumed volume: the pod is read before it is written.
+	w.SetVolume(pod, "v1", "", true)
+	refused := func() []string {
+		w.toldMu.Lock()
+		defer w.toldMu.Unlock()
+		return append([]string(nil), w.refusals...)
+	}
+	// Each refusal is retried after the queue's backoff on the fake clock: step it until both
+	// calls have been refused once.
+	poll(t, "the refused read and patch", func() bool {
+		w.clock.Step(time.Second)
+		return len(refused()) == 2
+	})
+	if got := refused(); got[0] != "get pods ns" || got[1] != "patch pods/status ns" {
+		t.Errorf("Refused was told %q, want the read of pods and the patch of pods/status in ns", got)
+	}
+	poll(t, "the condition written", func() bool {
+		w.clock.Step(time.Second)
+		obj, err := kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), "ns", "pod-v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := findCondition(obj.(*corev1.Pod).Status.Conditions, condType)
+		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == ReasonValid
+	})
+}
+
+// TestDesired: a pod shows the worst of its volumes, naming it, True when every volume is
+// valid, and nothing while a volume's validity is unknown.
+func TestDesired(t *testing.T) {
+	for name, tc := range map[string]struct {
+		volumes map[string]Validity
+		ok      bool
+		status  corev1.ConditionStatus
+		reason  string
+		message string
+	}{
+		"all valid": {map[string]Validity{"a": "", "b": ""}, true, corev1.ConditionTrue, ReasonValid,
+			"Every certificate volume holds a valid certificate"},
+		"one not issued": {map[string]Validity{"a": "", "b": ReasonNotIssued}, true, corev1.ConditionFalse, ReasonNotIssued,
+			"Volume b has no certificate yet"},
+		"the worst wins": {map[string]Validity{"a": ReasonFailing, "b": ReasonExpired, "c": ReasonGatePending}, true,
+			corev1.ConditionFalse, ReasonExpired, "Volume b holds a certificate that has expired or is about to"},
+		"gate pending over not issued": {map[string]Validity{"a": ReasonNotIssued, "b": ReasonGatePending}, true,
+			corev1.ConditionFalse, ReasonGatePending, "Volume b has no certificate yet: the driver's readiness gate says not yet"},
+		"failing over gate pending": {map[string]Validity{"a": ReasonFailing, "b": ReasonGatePending}, true,
+			corev1.ConditionFalse, ReasonFailing, "Volume a has no certificate: issuing it fails"},
+		"a tie names the first by ID": {map[string]Validity{"b": ReasonExpired, "a": ReasonExpired}, true,
+			corev1.ConditionFalse, ReasonExpired, "Volume a holds a certificate that has expired or is about to"},
+		"unknown holds back": {map[string]Validity{"a": ReasonExpired, "b": ValidityUnknown}, false, "", "", ""},
+	} {
+		c, ok := desired(condType, tc.volumes)
+		if ok != tc.ok {
+			t.Errorf("%s: ok %v, want %v", name, ok, tc.ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if c.Type != condType || c.Status != tc.status || c.Reason != tc.reason || c.Message != tc.message {
+			t.Errorf("%s: %s %s %s %q, want %s %s %s %q", name, c.Type, c.Status, c.Reason, c.Message,
+				condType, tc.status, tc.reason, tc.message)
+		}
 	}
 }
