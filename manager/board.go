@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/cert-manager/csi-lib/internal/podcondition"
 	"github.com/cert-manager/csi-lib/metrics"
 )
 
@@ -48,10 +49,13 @@ type board struct {
 	// cache), for a volume resumed after a restart.
 	notAfterOf func(volumeID string) time.Time
 	// conditions keeps the pods' PodCondition; nil without one.
-	conditions *podConditions
+	conditions *podcondition.Writer
+	// margin is the PodCondition's ExpiryMargin, defaulted: how long before its NotAfter a
+	// certificate stops counting as valid.
+	margin time.Duration
 }
 
-func newBoard(o Options, log logr.Logger, table *volumeTable, nodeHash string, notAfterOf func(string) time.Time, conditions *podConditions) *board {
+func newBoard(o Options, log logr.Logger, table *volumeTable, nodeHash string, notAfterOf func(string) time.Time, conditions *podcondition.Writer) *board {
 	return &board{
 		log:        log,
 		table:      table,
@@ -62,6 +66,7 @@ func newBoard(o Options, log logr.Logger, table *volumeTable, nodeHash string, n
 		watching:   o.EventRecorder != nil || o.Metrics.VolumeStateGaugeEnabled() || conditions != nil,
 		notAfterOf: notAfterOf,
 		conditions: conditions,
+		margin:     o.PodCondition.expiryMargin(),
 	}
 }
 
@@ -79,7 +84,7 @@ func (b *board) countsChanged(counts map[string]int) {
 func (b *board) removed(v *managedVolume, shown *shownVolume) {
 	if b.conditions != nil {
 		if ref := v.podRefLocked(); ref != nil {
-			b.conditions.removeVolume(ref, v.id)
+			b.conditions.RemoveVolume(ref, v.id)
 		}
 	}
 	stopWatch(shown.watch)
@@ -95,26 +100,26 @@ func (b *board) shown(v *managedVolume, s *shownVolume) {
 	if ref == nil {
 		return
 	}
-	b.conditions.setVolume(ref, v.id, b.validityLocked(s), v.flags&flagResumed != 0)
+	b.conditions.SetVolume(ref, v.id, b.validityLocked(s), v.flags&flagResumed != 0)
 }
 
 // validityLocked is what the volume contributes to its pod's condition at this instant: a
 // certificate within the expiry margin of its NotAfter counts as expired, whether or not a timer
 // has fired yet. b.conditions is set and the table's lock is held.
-func (b *board) validityLocked(shown *shownVolume) volumeValidity {
+func (b *board) validityLocked(shown *shownVolume) podcondition.Validity {
 	s, w := shown.status, shown.watch
 	switch {
 	case s.expired:
 		return PodConditionReasonExpired
 	case s.hasCertificate && w != nil && !w.notAfter.IsZero():
-		if !w.notAfter.Add(-b.conditions.margin).After(b.clock.Now()) {
+		if !w.notAfter.Add(-b.margin).After(b.clock.Now()) {
 			return PodConditionReasonExpired
 		}
 		return ""
 	case s.hasCertificate && w != nil && w.expiryUnknown:
 		return ""
 	case s.hasCertificate:
-		return validityUnknown
+		return podcondition.ValidityUnknown
 	case s.last == outcomeFailed:
 		return PodConditionReasonFailing
 	case s.last == outcomeGatePending:
@@ -294,7 +299,7 @@ func (b *board) watchCertificate(v *managedVolume, renewAt time.Time) {
 			{w.notAfter, func() { b.certificateExpired(v, gen) }},
 		}
 		if b.conditions != nil {
-			deadlines = append(deadlines, deadline{w.notAfter.Add(-b.conditions.margin), func() { b.certificateInvalid(v) }})
+			deadlines = append(deadlines, deadline{w.notAfter.Add(-b.margin), func() { b.certificateInvalid(v) }})
 		}
 		for _, d := range deadlines {
 			w.stops = append(w.stops, afterFunc(b.clock, d.at.Sub(now), d.passed))

@@ -28,8 +28,9 @@ limitations under the License.
 // in memory and beside the metadata, internal/pendingkeys's; what a refused or unanswered call to
 // the apiserver means, internal/apicall's.
 //
-//	manager.go      the public API (options.go: Options and their defaults); wires the owners;
-//	                Stop, through the lifetime (lifetime.go) its goroutines register with
+//	manager.go      the public API (options.go: Options and their defaults, and the pod
+//	                condition's reasons); wires the owners; Stop, through the lifetime
+//	                (lifetime.go) its goroutines register with
 //	table.go        the managed volumes, by ID and by pod, with what is shown of each and the
 //	                count of volumes in each state; every change to what is shown of a volume
 //	                passes its changeLocked, which tells the board
@@ -53,8 +54,9 @@ limitations under the License.
 //	permissions.go  the start-up access check
 //	board.go        the one place attempts report to: the metrics, the Events on the pod (their
 //	                reasons in events.go), the overdue and expiry timers, and, as the table's
-//	                observer, the state gauge and the pod conditions
-//	podcondition.go each pod's condition for its readiness gates, written by a queue
+//	                observer, the state gauge and what each volume contributes to its pod's
+//	                condition, which internal/podcondition's writer writes for the pod's
+//	                readiness gates from a queue
 //	errors.go, timer.go  the sentinels; afterFunc on the injected clock
 //
 // # A volume's status

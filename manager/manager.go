@@ -30,6 +30,7 @@ import (
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/pendingkeys"
+	"github.com/cert-manager/csi-lib/internal/podcondition"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -93,10 +94,16 @@ func NewManager(opts Options) (*Manager, error) {
 		m.life.end()
 		return nil, err
 	}
-	var conditions *podConditions
+	var conditions *podcondition.Writer
 	if opts.PodCondition != nil {
-		conditions = newPodConditions(opts.PodCondition, opts.Clock, log, m.PodTerminating)
-		go conditions.run()
+		conditions = podcondition.New(podcondition.Config{
+			Type:      opts.PodCondition.Type,
+			Client:    opts.PodCondition.Client,
+			Clock:     opts.Clock,
+			Log:       log,
+			PodEnding: m.PodTerminating,
+		})
+		go conditions.Run()
 	}
 	m.table = newVolumeTable()
 	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.NewestNotAfter, conditions)
@@ -387,7 +394,7 @@ func (m *Manager) Stop() {
 		m.series.stop()
 		m.life.end()
 		if m.board.conditions != nil {
-			m.board.conditions.stop()
+			m.board.conditions.Stop()
 		}
 		m.admission.close()
 		m.requests.Shutdown()

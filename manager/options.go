@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/cert-manager/csi-lib/internal/podcondition"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
@@ -332,3 +333,30 @@ type PodCondition struct {
 
 // DefaultPodConditionExpiryMargin is the default PodCondition.ExpiryMargin.
 const DefaultPodConditionExpiryMargin = 2 * time.Second
+
+// expiryMargin is c's ExpiryMargin, or its default; zero when c is nil.
+func (c *PodCondition) expiryMargin() time.Duration {
+	switch {
+	case c == nil:
+		return 0
+	case c.ExpiryMargin == 0:
+		return DefaultPodConditionExpiryMargin
+	}
+	return c.ExpiryMargin
+}
+
+// Reasons of the pod condition (PodCondition). The message names the volume.
+const (
+	// PodConditionReasonValid (True): every volume holds a valid certificate.
+	PodConditionReasonValid = podcondition.ReasonValid
+	// PodConditionReasonNotIssued (False): a volume has no certificate yet.
+	PodConditionReasonNotIssued = podcondition.ReasonNotIssued
+	// PodConditionReasonGatePending (False): a volume has no certificate yet and the driver's
+	// readiness gate says "not yet".
+	PodConditionReasonGatePending = podcondition.ReasonGatePending
+	// PodConditionReasonFailing (False): a volume has no certificate and its issuance fails.
+	PodConditionReasonFailing = podcondition.ReasonFailing
+	// PodConditionReasonExpired (False): a volume's certificate is past its NotAfter, or within
+	// ExpiryMargin of it.
+	PodConditionReasonExpired = podcondition.ReasonExpired
+)

@@ -35,6 +35,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/podcondition"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -61,7 +62,12 @@ func podCondition(t *testing.T, kube *kubefake.Clientset, pod string) *corev1.Po
 	if err != nil {
 		t.Fatal(err)
 	}
-	return findCondition(obj.(*corev1.Pod).Status.Conditions, condType)
+	for _, c := range obj.(*corev1.Pod).Status.Conditions {
+		if c.Type == condType {
+			return &c
+		}
+	}
+	return nil
 }
 
 // podCalls counts the pod reads and status patches the manager made.
@@ -141,7 +147,7 @@ func TestPodConditionLifecycle(t *testing.T) {
 
 	// Expiry (1 h) less the margin (2 s): False, naming the volume; not a millisecond before.
 	invalidAt := start.Add(time.Hour - DefaultPodConditionExpiryMargin)
-	validity := func() (v volumeValidity) {
+	validity := func() (v podcondition.Validity) {
 		m.table.update(m.table.get("v1"), func(s *shownVolume) { v = m.board.validityLocked(s) })
 		return v
 	}
@@ -362,8 +368,9 @@ func TestNoPodConditionWithoutTheOption(t *testing.T) {
 }
 
 // TestPodConditionDropsAGonePod: a pod deleted before its condition is written is given up on
-// the patch's NotFound: not retried, not written again when its volume's state is shown again,
-// and forgotten with its volume.
+// the patch's NotFound: its volume makes no attempt any more, and the pod is not written again
+// when its volume's state is shown again. (That the writer does not retry it, and forgets it
+// with its volume, internal/podcondition's TestGonePodIsDropped checks.)
 func TestPodConditionDropsAGonePod(t *testing.T) {
 	e, kube := condEnv(t, "v1")
 	if err := kube.CoreV1().Pods("ns").Delete(context.Background(), "pod-v1", metav1.DeleteOptions{}); err != nil {
@@ -372,13 +379,15 @@ func TestPodConditionDropsAGonePod(t *testing.T) {
 	e.register("v1", false)
 	m := e.start()
 	publishAndIssue(t, e, m, "v1")
-	gone := func() bool {
-		m.board.conditions.mu.Lock()
-		defer m.board.conditions.mu.Unlock()
-		s := m.board.conditions.pods["uid-v1"]
-		return s != nil && s.gone
-	}
-	e.poll("the pod to be known gone", gone)
+	// The writer tells the manager the pod is gone (PodTerminating) while it handles the pod, and
+	// marks it gone before it takes the pod off its queue: a change shown from then on queues
+	// the pod again only after that, and finds it gone.
+	e.poll("the pod to be known gone", func() bool {
+		m.table.mu.Lock()
+		defer m.table.mu.Unlock()
+		_, terminating := m.table.terminating["uid-v1"]
+		return terminating
+	})
 	// A gone pod's volume makes no further attempt (nothing is created for it): its renewal
 	// point passes without one. Its state is shown again when its certificate expires, and
 	// nothing is written.
@@ -394,15 +403,5 @@ func TestPodConditionDropsAGonePod(t *testing.T) {
 	}
 	if _, patches := podCalls(kube); patches != 1 {
 		t.Fatalf("%d patches for a gone pod, want the one that found it gone", patches)
-	}
-	if n := m.board.conditions.queue.NumRequeues("uid-v1"); n != 0 {
-		t.Fatalf("the gone pod was requeued %d times", n)
-	}
-	m.UnmanageVolume("v1")
-	m.board.conditions.mu.Lock()
-	left := len(m.board.conditions.pods)
-	m.board.conditions.mu.Unlock()
-	if left != 0 {
-		t.Fatal("the gone pod outlived its volume")
 	}
 }

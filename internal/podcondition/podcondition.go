@@ -14,7 +14,14 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+// Package podcondition writes a condition on the status of each pod with certificate volumes,
+// for the pod's readiness gates: True while every volume of the pod holds a valid certificate,
+// False naming the worst volume otherwise. Its owner tells it what each volume contributes (a
+// Validity); a Writer works out each pod's condition and writes it from a rate-limited queue of
+// pods, with one strategic-merge patch of pods/status when the condition the pod carries
+// differs, and one read of a pod whose condition is not known (after a restart or a failed
+// patch).
+package podcondition
 
 import (
 	"context"
@@ -35,51 +42,65 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Reasons of the pod condition (PodCondition). The message names the volume.
+// Reasons of the condition. The message names the volume.
 const (
-	// PodConditionReasonValid (True): every volume holds a valid certificate.
-	PodConditionReasonValid = "CertificatesValid"
-	// PodConditionReasonNotIssued (False): a volume has no certificate yet.
-	PodConditionReasonNotIssued = "CertificateNotIssued"
-	// PodConditionReasonGatePending (False): a volume has no certificate yet and the driver's
-	// readiness gate says "not yet".
-	PodConditionReasonGatePending = "ReadinessGatePending"
-	// PodConditionReasonFailing (False): a volume has no certificate and its issuance fails.
-	PodConditionReasonFailing = "CertificateIssuanceFailing"
-	// PodConditionReasonExpired (False): a volume's certificate is past its NotAfter, or within
-	// ExpiryMargin of it.
-	PodConditionReasonExpired = "CertificateExpired"
+	// ReasonValid (True): every volume holds a valid certificate.
+	ReasonValid = "CertificatesValid"
+	// ReasonNotIssued (False): a volume has no certificate yet.
+	ReasonNotIssued = "CertificateNotIssued"
+	// ReasonGatePending (False): a volume has no certificate yet and the driver's readiness gate
+	// says "not yet".
+	ReasonGatePending = "ReadinessGatePending"
+	// ReasonFailing (False): a volume has no certificate and its issuance fails.
+	ReasonFailing = "CertificateIssuanceFailing"
+	// ReasonExpired (False): a volume's certificate is past its NotAfter, or within the owner's
+	// expiry margin of it.
+	ReasonExpired = "CertificateExpired"
 )
 
-// volumeValidity is what a volume contributes to its pod's condition: "" (a valid
-// certificate), a PodConditionReason* of False, or validityUnknown (a certificate from before a
-// restart whose expiry is not known yet: the pod is not written until it is).
-type volumeValidity string
+// Validity is what a volume contributes to its pod's condition: "" (a valid certificate), a
+// Reason* of False, or ValidityUnknown.
+type Validity string
 
-const validityUnknown volumeValidity = "?"
+// ValidityUnknown is a certificate from before a restart whose expiry is not known yet: the pod
+// is not written until it is.
+const ValidityUnknown Validity = "?"
 
 // badness orders the False reasons: the pod shows the worst of its volumes.
-var badness = map[volumeValidity]int{
-	PodConditionReasonNotIssued:   1,
-	PodConditionReasonGatePending: 2,
-	PodConditionReasonFailing:     3,
-	PodConditionReasonExpired:     4,
+var badness = map[Validity]int{
+	ReasonNotIssued:   1,
+	ReasonGatePending: 2,
+	ReasonFailing:     3,
+	ReasonExpired:     4,
 }
 
-// podConditions keeps the PodCondition of each pod with managed volumes: the pods' volumes and
-// what each contributes, what each pod is known to carry, and a queue of pods to write.
-type podConditions struct {
-	typ    corev1.PodConditionType
-	margin time.Duration // ExpiryMargin
-	client corev1client.PodsGetter
-	clock  clock.Clock
-	log    logr.Logger
-	queue  workqueue.TypedRateLimitingInterface[types.UID]
-	ctx    context.Context // ends on stop; bounds the API calls
-	cancel context.CancelFunc
-	done   chan struct{}
-	// podEnding is told of a pod the reads find terminating or gone.
+// Config is what a Writer needs. Every field is required.
+type Config struct {
+	// Type is the condition's type.
+	Type corev1.PodConditionType
+	// Client reads pods and patches their status.
+	Client corev1client.PodsGetter
+	// Clock gives the condition's lastTransitionTime and, if it is a clock.WithTicker, times the
+	// queue's retries.
+	Clock clock.Clock
+	// Log is the logger the Writer names "pod-condition".
+	Log logr.Logger
+	// PodEnding is told of a pod that the Writer's calls find terminating or gone.
+	PodEnding func(uid types.UID)
+}
+
+// Writer keeps the condition of each pod with volumes: the pods' volumes and what each
+// contributes, what each pod is known to carry, and a queue of pods to write.
+type Writer struct {
+	typ       corev1.PodConditionType
+	client    corev1client.PodsGetter
+	clock     clock.Clock
+	log       logr.Logger
 	podEnding func(uid types.UID)
+	queue     workqueue.TypedRateLimitingInterface[types.UID]
+	ctx       context.Context // ends on Stop; bounds the API calls
+	cancel    context.CancelFunc
+	done      chan struct{}
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
@@ -87,7 +108,7 @@ type podConditions struct {
 
 type podState struct {
 	namespace, name string
-	volumes         map[string]volumeValidity
+	volumes         map[string]Validity
 	// carried is the condition the pod is known to carry (nil: none); known is false until it
 	// has been read or written.
 	carried *corev1.PodCondition
@@ -97,25 +118,21 @@ type podState struct {
 	gone bool
 }
 
-func newPodConditions(pc *PodCondition, clk clock.Clock, log logr.Logger, podEnding func(types.UID)) *podConditions {
-	cfg := workqueue.TypedRateLimitingQueueConfig[types.UID]{}
-	if c, ok := clk.(clock.WithTicker); ok {
-		cfg.Clock = c
+// New returns a Writer that writes nothing until Run.
+func New(cfg Config) *Writer {
+	qcfg := workqueue.TypedRateLimitingQueueConfig[types.UID]{}
+	if c, ok := cfg.Clock.(clock.WithTicker); ok {
+		qcfg.Clock = c
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	margin := pc.ExpiryMargin
-	if margin == 0 {
-		margin = DefaultPodConditionExpiryMargin
-	}
-	return &podConditions{
-		typ:       pc.Type,
-		margin:    margin,
-		client:    pc.Client,
-		clock:     clk,
-		podEnding: podEnding,
-		log:       log.WithName("pod-condition"),
+	return &Writer{
+		typ:       cfg.Type,
+		client:    cfg.Client,
+		clock:     cfg.Clock,
+		podEnding: cfg.PodEnding,
+		log:       cfg.Log.WithName("pod-condition"),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, time.Minute), cfg),
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, time.Minute), qcfg),
 		ctx:    ctx,
 		cancel: cancel,
 		done:   make(chan struct{}),
@@ -123,8 +140,8 @@ func newPodConditions(pc *PodCondition, clk clock.Clock, log logr.Logger, podEnd
 	}
 }
 
-// run writes queued pods until stop.
-func (p *podConditions) run() {
+// Run writes queued pods until Stop.
+func (p *Writer) Run() {
 	defer close(p.done)
 	for {
 		uid, shutdown := p.queue.Get()
@@ -141,23 +158,23 @@ func (p *podConditions) run() {
 	}
 }
 
-// stop ends the queue and any API call in flight, and waits for the writer.
-func (p *podConditions) stop() {
+// Stop ends the queue and any API call in flight, and waits for Run to return.
+func (p *Writer) Stop() {
 	p.cancel()
 	p.queue.ShutDown()
 	<-p.done
 }
 
-// setVolume records what a volume of the pod contributes, and queues the pod if it changed.
+// SetVolume records what a volume of the pod contributes, and queues the pod if it changed.
 // A pod known only from volumes published in this process carries no condition of ours: kubelet
 // publishes a pod's volumes before its containers start, and a driver that restarts resumes the
 // volumes it had (resumed), whose pod is read before it is written.
-func (p *podConditions) setVolume(pod *corev1.ObjectReference, volumeID string, validity volumeValidity, resumed bool) {
+func (p *Writer) SetVolume(pod *corev1.ObjectReference, volumeID string, validity Validity, resumed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.pods[pod.UID]
 	if s == nil {
-		s = &podState{namespace: pod.Namespace, name: pod.Name, volumes: make(map[string]volumeValidity, 1), known: true}
+		s = &podState{namespace: pod.Namespace, name: pod.Name, volumes: make(map[string]Validity, 1), known: true}
 		p.pods[pod.UID] = s
 	}
 	if _, seen := s.volumes[volumeID]; !seen && resumed {
@@ -172,8 +189,8 @@ func (p *podConditions) setVolume(pod *corev1.ObjectReference, volumeID string, 
 	}
 }
 
-// removeVolume forgets a volume; a pod left without volumes is forgotten, and not written.
-func (p *podConditions) removeVolume(pod *corev1.ObjectReference, volumeID string) {
+// RemoveVolume forgets a volume; a pod left without volumes is forgotten, and not written.
+func (p *Writer) RemoveVolume(pod *corev1.ObjectReference, volumeID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.pods[pod.UID]
@@ -188,16 +205,16 @@ func (p *podConditions) removeVolume(pod *corev1.ObjectReference, volumeID strin
 
 // desired is the condition a pod's volumes call for; ok is false while a volume's validity is
 // unknown.
-func desired(typ corev1.PodConditionType, volumes map[string]volumeValidity) (c corev1.PodCondition, ok bool) {
+func desired(typ corev1.PodConditionType, volumes map[string]Validity) (c corev1.PodCondition, ok bool) {
 	ids := make([]string, 0, len(volumes))
 	for id := range volumes {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	worst, worstID := volumeValidity(""), ""
+	worst, worstID := Validity(""), ""
 	for _, id := range ids {
 		v := volumes[id]
-		if v == validityUnknown {
+		if v == ValidityUnknown {
 			return c, false
 		}
 		if badness[v] > badness[worst] {
@@ -205,14 +222,14 @@ func desired(typ corev1.PodConditionType, volumes map[string]volumeValidity) (c 
 		}
 	}
 	if worst == "" {
-		return corev1.PodCondition{Type: typ, Status: corev1.ConditionTrue, Reason: PodConditionReasonValid,
+		return corev1.PodCondition{Type: typ, Status: corev1.ConditionTrue, Reason: ReasonValid,
 			Message: "Every certificate volume holds a valid certificate"}, true
 	}
-	messages := map[volumeValidity]string{
-		PodConditionReasonNotIssued:   "has no certificate yet",
-		PodConditionReasonGatePending: "has no certificate yet: the driver's readiness gate says not yet",
-		PodConditionReasonFailing:     "has no certificate: issuing it fails",
-		PodConditionReasonExpired:     "holds a certificate that has expired or is about to",
+	messages := map[Validity]string{
+		ReasonNotIssued:   "has no certificate yet",
+		ReasonGatePending: "has no certificate yet: the driver's readiness gate says not yet",
+		ReasonFailing:     "has no certificate: issuing it fails",
+		ReasonExpired:     "holds a certificate that has expired or is about to",
 	}
 	return corev1.PodCondition{Type: typ, Status: corev1.ConditionFalse, Reason: string(worst),
 		Message: fmt.Sprintf("Volume %s %s", worstID, messages[worst])}, true
@@ -220,7 +237,7 @@ func desired(typ corev1.PodConditionType, volumes map[string]volumeValidity) (c 
 
 // sync brings one pod's condition to what its volumes call for: nothing if the pod carries it
 // already, or carries none and is only waiting for a first certificate; otherwise one patch.
-func (p *podConditions) sync(uid types.UID) error {
+func (p *Writer) sync(uid types.UID) error {
 	p.mu.Lock()
 	s := p.pods[uid]
 	if s == nil || s.gone {
@@ -238,7 +255,7 @@ func (p *podConditions) sync(uid types.UID) error {
 	// and then its condition is known: only a certificate written in this process, or one
 	// resumed from stored state (never "not issued"), can have made it True.
 	waiting := want.Status == corev1.ConditionFalse &&
-		(want.Reason == PodConditionReasonNotIssued || want.Reason == PodConditionReasonGatePending)
+		(want.Reason == ReasonNotIssued || want.Reason == ReasonGatePending)
 	if waiting && (!known || carried == nil) {
 		return nil
 	}
@@ -287,7 +304,7 @@ func (p *podConditions) sync(uid types.UID) error {
 }
 
 // markGone tells podEnding that the pod no longer exists, then records it.
-func (p *podConditions) markGone(uid types.UID) {
+func (p *Writer) markGone(uid types.UID) {
 	p.podEnding(uid)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -296,7 +313,7 @@ func (p *podConditions) markGone(uid types.UID) {
 	}
 }
 
-func (p *podConditions) learn(uid types.UID, carried *corev1.PodCondition) {
+func (p *Writer) learn(uid types.UID, carried *corev1.PodCondition) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s := p.pods[uid]; s != nil {
@@ -305,7 +322,7 @@ func (p *podConditions) learn(uid types.UID, carried *corev1.PodCondition) {
 }
 
 // learnUnknown forgets what the pod carries: after a failed patch it is read again.
-func (p *podConditions) learnUnknown(uid types.UID) {
+func (p *Writer) learnUnknown(uid types.UID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s := p.pods[uid]; s != nil {
