@@ -25,6 +25,8 @@ import (
 
 	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
+
+	"github.com/cert-manager/csi-lib/internal/clockutil"
 )
 
 // admission implements Options.MaxConcurrentIssuances and Options.IssuanceRateLimit (their
@@ -173,7 +175,7 @@ func (a *admission) admitLocked() {
 	if a.queue.Len() == 0 || a.inFlight >= a.max || a.bucket == nil || a.stopTimer != nil || a.closed {
 		return
 	}
-	a.stopTimer = afterFunc(a.clock, a.untilTokenLocked(), func() {
+	a.stopTimer = clockutil.AfterFunc(a.clock, a.untilTokenLocked(), func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.stopTimer = nil

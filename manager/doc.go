@@ -59,7 +59,7 @@ limitations under the License.
 //	                reasons in events.go), the overdue and expiry timers, and, as the table's
 //	                observer, the state gauge and the pod conditions
 //	podcondition.go each pod's condition for its readiness gates, written by a queue
-//	errors.go, timer.go  the sentinels; afterFunc on the injected clock
+//	errors.go       the sentinels (timers on the injected clock: internal/clockutil)
 //
 // # A volume's status
 //

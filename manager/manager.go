@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/clockutil"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -112,7 +113,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 
-	m.keys.loadSwept(m.requests.exists, func(d time.Duration, f func()) func() bool { return afterFunc(opts.Clock, d, f) }, m.expireSweptKeys)
+	m.keys.loadSwept(m.requests.exists, func(d time.Duration, f func()) func() bool { return clockutil.AfterFunc(opts.Clock, d, f) }, m.expireSweptKeys)
 	m.resumeMountedVolumes()
 	m.table.showAllCounts() // every state, zeros included, from the start
 	return m, nil
