@@ -41,7 +41,7 @@ limitations under the License.
 //	due.go          when a volume is due: the one place that decides it
 //	issuer.go       what an attempt uses, shared by the loops and the publishes
 //	attempt.go      one attempt's steps, top to bottom, handing each to the owners below
-//	admission.go    the node-wide limits: slots and a rate bucket, first come first served
+//	internal/admission  the node-wide limits: slots and a rate bucket, first come first served
 //	keys.go         the private keys of submitted requests, in memory and beside the metadata,
 //	                and those the start-up sweep kept; the only writer of key files, whose
 //	                format is keyfile.go's

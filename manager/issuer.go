@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/cert-manager/csi-lib/internal/admission"
 	"github.com/cert-manager/csi-lib/storage"
 )
 
@@ -38,7 +39,7 @@ type issuer struct {
 
 	requests  *requests
 	keys      *pendingKeys
-	admission *admission
+	admission *admission.Limits
 	board     *board
 	// outage tells the loops when an apiserver they could not reach is back.
 	outage *outage

@@ -27,6 +27,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/cert-manager/csi-lib/internal/admission"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/clockutil"
 	"github.com/cert-manager/csi-lib/metadata"
@@ -83,9 +84,16 @@ func NewManager(opts Options) (*Manager, error) {
 		life:     newLifetime(),
 	}
 	m.series = newSeriesRetention(opts.Clock, m.DeleteVolumeMetricSeries)
-	m.admission = newAdmission(opts,
-		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
-		func() { opts.Metrics.IncrementAdmissionWaits(nodeHash) })
+	limits := admission.Config{
+		Clock:          opts.Clock,
+		Slots:          opts.MaxConcurrentIssuances,
+		WaitingChanged: func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
+		Waited:         func() { opts.Metrics.IncrementAdmissionWaits(nodeHash) },
+	}
+	if rl := opts.IssuanceRateLimit; rl != nil {
+		limits.PerSecond, limits.Burst = rl.PerSecond, rl.Burst
+	}
+	m.admission = admission.New(limits)
 	m.outage = newOutage(opts.Clock, apiserverProbe(opts.Client), m.life)
 	if m.requests, err = newRequests(opts.Client, opts.Clock, opts.NodeID, nodeHash, !opts.DisableOriginAnnotations, m.keys.seen, m.keys.requestDeleted); err != nil {
 		m.life.end()
@@ -387,7 +395,7 @@ func (m *Manager) Stop() {
 		if m.board.conditions != nil {
 			m.board.conditions.stop()
 		}
-		m.admission.close()
+		m.admission.Close()
 		m.requests.shutdown()
 	})
 }
