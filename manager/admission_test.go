@@ -29,7 +29,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
-	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
@@ -448,28 +447,5 @@ func TestAdmissionOptions(t *testing.T) {
 				t.Fatalf("error %v, want %q", err, c.text)
 			}
 		})
-	}
-}
-
-// TestAdmissionTokenTimerIsExact: at any rate, the time the admission's timer waits for the next
-// token is exactly when the bucket holds one: not a nanosecond earlier, and at that time (a
-// fake clock stepped by exactly that long admits).
-func TestAdmissionTokenTimerIsExact(t *testing.T) {
-	for _, perSecond := range []float64{1, 3, 7, 0.3, 1000.0 / 3, 1e6, 123456.789} {
-		clk := testclock.NewFakeClock(start)
-		a := newAdmission(Options{Clock: clk, MaxConcurrentIssuances: UnlimitedConcurrentIssuances, IssuanceRateLimit: &RateLimit{PerSecond: perSecond, Burst: 1}}, func(int) {}, func() {})
-		for i := 0; i < 5; i++ {
-			if _, ok := a.tryAcquire(); !ok {
-				t.Fatalf("%v/s, token %d: not admitted when due", perSecond, i)
-			}
-			a.mu.Lock()
-			d := a.untilTokenLocked()
-			a.mu.Unlock()
-			clk.Step(d - 1)
-			if _, ok := a.tryAcquire(); ok {
-				t.Fatalf("%v/s, token %d: admitted 1 ns before the token was due (%v)", perSecond, i+1, d)
-			}
-			clk.Step(1)
-		}
 	}
 }

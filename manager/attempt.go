@@ -362,11 +362,11 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 	return nil
 }
 
-// admit waits for the attempt's admission (see admission), pausing a background attempt's
+// admit waits for the attempt's admission (see package admission), pausing a background attempt's
 // deadline meanwhile. The returned release frees the slot; call it when the attempt is over.
 func (a *issueAttempt) admit(ctx context.Context) (release func(), err error) {
 	iss := a.iss
-	if release, ok := iss.admission.tryAcquire(); ok {
+	if release, ok := iss.admission.TryAcquire(); ok {
 		return release, nil
 	}
 	if a.deadline != nil {
@@ -376,7 +376,7 @@ func (a *issueAttempt) admit(ctx context.Context) (release func(), err error) {
 		defer a.deadline.restart()
 	}
 	a.v.logger(a.iss.log).V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
-	release, err = iss.admission.wait(ctx)
+	release, err = iss.admission.Wait(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for issuance admission: %w", err)
 	}

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/cert-manager/csi-lib/internal/clockutil"
 	"github.com/cert-manager/csi-lib/internal/podcondition"
 	"github.com/cert-manager/csi-lib/metrics"
 )
@@ -302,7 +303,7 @@ func (b *board) watchCertificate(v *managedVolume, renewAt time.Time) {
 			deadlines = append(deadlines, deadline{w.notAfter.Add(-b.margin), func() { b.certificateInvalid(v) }})
 		}
 		for _, d := range deadlines {
-			w.stops = append(w.stops, afterFunc(b.clock, d.at.Sub(now), d.passed))
+			w.stops = append(w.stops, clockutil.AfterFunc(b.clock, d.at.Sub(now), d.passed))
 		}
 	})
 }

@@ -560,11 +560,7 @@ func TestFamiliesUpstreamLacksNeedTheSwitch(t *testing.T) {
 			}
 			// One attempt holds the only place while its request waits; the other waits for it.
 			e.waitForPending()
-			e.poll("the second attempt to wait for admission", func() bool {
-				e.m.admission.mu.Lock()
-				defer e.m.admission.mu.Unlock()
-				return e.m.admission.queue.Len() == 1
-			})
+			e.poll("the second attempt to wait for admission", func() bool { return e.m.admission.Waiting() == 1 })
 			e.issuePending()
 			e.issuePending()
 			e.poll("both key pairs", func() bool {

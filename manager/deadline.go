@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/cert-manager/csi-lib/internal/clockutil"
 )
 
 // issueTimeout bounds one background issuance attempt, on the injected clock.
@@ -68,5 +70,5 @@ func (d *attemptDeadline) restart() {
 	if d.stop != nil {
 		d.stop()
 	}
-	d.stop = afterFunc(d.clock, issueTimeout, func() { d.cancel(errAttemptTimeout) })
+	d.stop = clockutil.AfterFunc(d.clock, issueTimeout, func() { d.cancel(errAttemptTimeout) })
 }

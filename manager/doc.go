@@ -46,7 +46,7 @@ limitations under the License.
 //	due.go          when a volume is due: the one place that decides it
 //	issuer.go       what an attempt uses, shared by the loops and the publishes
 //	attempt.go      one attempt's steps, top to bottom, handing each to the owners below
-//	admission.go    the node-wide limits: slots and a rate bucket, first come first served
+//	internal/admission  the node-wide limits: slots and a rate bucket, first come first served
 //	request.go      a volume's CertificateRequest, built from the driver's bundle with its origin
 //	                annotations
 //	outage.go       notices an unreachable apiserver, probes it, and wakes the loops that failed
@@ -57,7 +57,7 @@ limitations under the License.
 //	                observer, the state gauge and what each volume contributes to its pod's
 //	                condition, which internal/podcondition's writer writes for the pod's
 //	                readiness gates from a queue
-//	errors.go, timer.go  the sentinels; afterFunc on the injected clock
+//	errors.go       the sentinels (timers on the injected clock: internal/clockutil)
 //
 // # A volume's status
 //

@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/cert-manager/csi-lib/internal/admission"
 	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/pendingkeys"
@@ -42,7 +43,7 @@ type issuer struct {
 	builder   requestBuilder
 	requests  *certrequests.View
 	keys      *pendingkeys.Keys
-	admission *admission
+	admission *admission.Limits
 	board     *board
 	// outage tells the loops when an apiserver they could not reach is back.
 	outage *outage

@@ -27,8 +27,10 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/cert-manager/csi-lib/internal/admission"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
+	"github.com/cert-manager/csi-lib/internal/clockutil"
 	"github.com/cert-manager/csi-lib/internal/pendingkeys"
 	"github.com/cert-manager/csi-lib/internal/podcondition"
 	"github.com/cert-manager/csi-lib/metadata"
@@ -86,9 +88,16 @@ func NewManager(opts Options) (*Manager, error) {
 		life:     newLifetime(),
 	}
 	m.series = newSeriesRetention(opts.Clock, m.DeleteVolumeMetricSeries)
-	m.admission = newAdmission(opts,
-		func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
-		func() { opts.Metrics.IncrementAdmissionWaits(nodeHash) })
+	limits := admission.Config{
+		Clock:          opts.Clock,
+		Slots:          opts.MaxConcurrentIssuances,
+		WaitingChanged: func(n int) { opts.Metrics.SetAdmissionWaiting(nodeHash, n) },
+		Waited:         func() { opts.Metrics.IncrementAdmissionWaits(nodeHash) },
+	}
+	if rl := opts.IssuanceRateLimit; rl != nil {
+		limits.PerSecond, limits.Burst = rl.PerSecond, rl.Burst
+	}
+	m.admission = admission.New(limits)
 	m.outage = newOutage(opts.Clock, apiserverProbe(opts.Client), m.life)
 	if m.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.keys.Seen, m.keys.RequestDeleted); err != nil {
 		m.life.end()
@@ -122,7 +131,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 
-	m.keys.LoadSwept(m.requests.Exists, func(d time.Duration, f func()) func() bool { return afterFunc(opts.Clock, d, f) }, m.expireSweptKeys)
+	m.keys.LoadSwept(m.requests.Exists, func(d time.Duration, f func()) func() bool { return clockutil.AfterFunc(opts.Clock, d, f) }, m.expireSweptKeys)
 	m.resumeMountedVolumes()
 	m.table.showAllCounts() // every state, zeros included, from the start
 	return m, nil
@@ -396,7 +405,7 @@ func (m *Manager) Stop() {
 		if m.board.conditions != nil {
 			m.board.conditions.Stop()
 		}
-		m.admission.close()
+		m.admission.Close()
 		m.requests.Shutdown()
 	})
 }

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/cert-manager/csi-lib/internal/clockutil"
 )
 
 // MetricSeriesRetention is how long a volume's per-volume metric series outlive the volume
@@ -60,7 +62,7 @@ func (r *seriesRetention) retire(volumeID string) {
 		old.stop()
 	}
 	entry := &retirement{}
-	entry.stop = afterFunc(r.clock, MetricSeriesRetention, func() { r.expire(volumeID, entry) })
+	entry.stop = clockutil.AfterFunc(r.clock, MetricSeriesRetention, func() { r.expire(volumeID, entry) })
 	r.pending[volumeID] = entry
 }
 

@@ -14,7 +14,15 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+// Package admission holds back the issuance attempts of a node: at most a number of them at once
+// (slots), optionally no faster than a token bucket allows, first come first served. It
+// implements manager's Options.MaxConcurrentIssuances and Options.IssuanceRateLimit (their field
+// docs give the rules).
+//
+// One queue stands in front of both the slots and the bucket, so the head of the queue is
+// admitted before anyone behind it. Every time is read from the injected clock, and the timer
+// that wakes the queue when a token is earned runs on it too.
+package admission
 
 import (
 	"container/list"
@@ -25,13 +33,28 @@ import (
 
 	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
+
+	"github.com/cert-manager/csi-lib/internal/clockutil"
 )
 
-// admission implements Options.MaxConcurrentIssuances and Options.IssuanceRateLimit (their
-// field docs give the rules): slots, a token bucket, and one queue in front of both, so the
-// head of the queue is admitted before anyone behind it. A wait ends at once when the waiter's
-// context does.
-type admission struct {
+// Config is what New needs: the clock, the limits and the callbacks that report the queue.
+type Config struct {
+	Clock clock.Clock
+	// Slots is how many callers may be admitted at once; math.MaxInt for no limit.
+	Slots int
+	// PerSecond and Burst are the token bucket: PerSecond tokens are earned every second, up to
+	// Burst, and the bucket starts full. PerSecond zero: no rate limit.
+	PerSecond float64
+	Burst     int
+	// WaitingChanged reports the queue length after every change, under the queue's lock;
+	// Waited counts one wait. Both are required.
+	WaitingChanged func(n int)
+	Waited         func()
+}
+
+// Limits is the node's slots, token bucket and the queue in front of both. A wait ends at once
+// when the waiter's context does.
+type Limits struct {
 	clock clock.Clock
 	max   int
 	// bucket is the token bucket, asked with explicit times on the injected clock; nil: no rate
@@ -44,33 +67,35 @@ type admission struct {
 
 	mu        sync.Mutex
 	inFlight  int
-	queue     list.List // of *admissionWaiter
+	queue     list.List // of *waiter
 	stopTimer func() bool
 	closed    bool
 }
 
-type admissionWaiter struct {
+type waiter struct {
 	ready    chan struct{}
 	elem     *list.Element
 	admitted bool
 	token    *rate.Reservation // the token taken when admitted; nil without a bucket
 }
 
-func newAdmission(o Options, waitingChanged func(int), waited func()) *admission {
-	a := &admission{
-		clock:          o.Clock,
-		max:            o.MaxConcurrentIssuances,
-		waitingChanged: waitingChanged,
-		waited:         waited,
+// New returns the limits c describes, with every slot free and the bucket full.
+func New(c Config) *Limits {
+	a := &Limits{
+		clock:          c.Clock,
+		max:            c.Slots,
+		waitingChanged: c.WaitingChanged,
+		waited:         c.Waited,
 	}
-	if rl := o.IssuanceRateLimit; rl != nil {
-		a.bucket = rate.NewLimiter(rate.Limit(rl.PerSecond), rl.Burst) // starts full
+	if c.PerSecond != 0 {
+		a.bucket = rate.NewLimiter(rate.Limit(c.PerSecond), c.Burst) // starts full
 	}
 	return a
 }
 
-// tryAcquire admits the caller at once if nobody is waiting and a slot and a token are free.
-func (a *admission) tryAcquire() (release func(), ok bool) {
+// TryAcquire admits the caller at once if nobody is waiting and a slot and a token are free.
+// The returned release frees the slot; call it when the admitted work is over.
+func (a *Limits) TryAcquire() (release func(), ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.queue.Len() > 0 || !a.canAdmitLocked() {
@@ -80,10 +105,11 @@ func (a *admission) tryAcquire() (release func(), ok bool) {
 	return a.releaseFunc(), true
 }
 
-// wait queues the caller behind everyone already waiting and returns once it is admitted, or
-// with ctx's cause when ctx ends first (its place then goes to the next waiter).
-func (a *admission) wait(ctx context.Context) (release func(), err error) {
-	w := &admissionWaiter{ready: make(chan struct{})}
+// Wait queues the caller behind everyone already waiting and returns once it is admitted, or
+// with ctx's cause when ctx ends first (its place then goes to the next waiter). The returned
+// release frees the slot; call it when the admitted work is over.
+func (a *Limits) Wait(ctx context.Context) (release func(), err error) {
+	w := &waiter{ready: make(chan struct{})}
 	a.mu.Lock()
 	w.elem = a.queue.PushBack(w)
 	a.waited()
@@ -113,9 +139,9 @@ func (a *admission) wait(ctx context.Context) (release func(), err error) {
 	return nil, context.Cause(ctx)
 }
 
-// releaseFunc returns the function that frees an admitted attempt's slot; calling it more than
+// releaseFunc returns the function that frees an admitted caller's slot; calling it more than
 // once frees it once.
-func (a *admission) releaseFunc() func() {
+func (a *Limits) releaseFunc() func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -127,8 +153,15 @@ func (a *admission) releaseFunc() func() {
 	}
 }
 
-// close stops the token timer; waiters end through their contexts.
-func (a *admission) close() {
+// Waiting returns how many callers are waiting in the queue.
+func (a *Limits) Waiting() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.queue.Len()
+}
+
+// Close stops the token timer; waiters end through their contexts.
+func (a *Limits) Close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.closed = true
@@ -139,13 +172,13 @@ func (a *admission) close() {
 }
 
 // canAdmitLocked reports whether a slot and a token are free now.
-func (a *admission) canAdmitLocked() bool {
+func (a *Limits) canAdmitLocked() bool {
 	return a.inFlight < a.max && (a.bucket == nil || a.bucket.TokensAt(a.clock.Now()) >= 1)
 }
 
 // takeLocked takes a slot and a token, and returns the token's reservation (nil without a
 // bucket).
-func (a *admission) takeLocked() *rate.Reservation {
+func (a *Limits) takeLocked() *rate.Reservation {
 	a.inFlight++
 	if a.bucket == nil {
 		return nil
@@ -155,16 +188,16 @@ func (a *admission) takeLocked() *rate.Reservation {
 
 // untilTokenLocked is how long until the bucket holds a whole token, rounded up to the
 // nanosecond.
-func (a *admission) untilTokenLocked() time.Duration {
+func (a *Limits) untilTokenLocked() time.Duration {
 	missing := 1 - a.bucket.TokensAt(a.clock.Now())
 	return time.Duration(math.Ceil(missing / float64(a.bucket.Limit()) * float64(time.Second)))
 }
 
 // admitLocked admits waiters from the head of the queue while a slot and a token are free. If
 // the head lacks only a token, a timer on the clock wakes the queue when the token is earned.
-func (a *admission) admitLocked() {
+func (a *Limits) admitLocked() {
 	for a.queue.Len() > 0 && a.canAdmitLocked() {
-		w := a.queue.Remove(a.queue.Front()).(*admissionWaiter)
+		w := a.queue.Remove(a.queue.Front()).(*waiter)
 		w.token = a.takeLocked()
 		w.admitted = true
 		close(w.ready)
@@ -173,7 +206,7 @@ func (a *admission) admitLocked() {
 	if a.queue.Len() == 0 || a.inFlight >= a.max || a.bucket == nil || a.stopTimer != nil || a.closed {
 		return
 	}
-	a.stopTimer = afterFunc(a.clock, a.untilTokenLocked(), func() {
+	a.stopTimer = clockutil.AfterFunc(a.clock, a.untilTokenLocked(), func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.stopTimer = nil

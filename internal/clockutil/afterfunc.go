@@ -14,7 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+// Package clockutil calls a function once a delay has passed on an injected clock
+// (k8s.io/utils/clock), the same way whether or not the clock offers AfterFunc.
+package clockutil
 
 import (
 	"sync"
@@ -23,10 +25,10 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// afterFunc calls f, on a goroutine of its own, once d has passed on clk, unless the returned
+// AfterFunc calls f, on a goroutine of its own, once d has passed on clk, unless the returned
 // stop is called first (stop reports whether it prevented the call). With a clock that offers
 // AfterFunc no goroutine waits; otherwise one does, and stop ends it.
-func afterFunc(clk clock.Clock, d time.Duration, f func()) (stop func() bool) {
+func AfterFunc(clk clock.Clock, d time.Duration, f func()) (stop func() bool) {
 	if d <= 0 {
 		// Already due: a fake clock that is never stepped would not fire it.
 		go f()
