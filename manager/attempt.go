@@ -27,6 +27,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/internal/lifetime"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -43,7 +44,7 @@ type issueAttempt struct {
 	gateOpen bool
 	// tr is the loop goroutine's registration with Stop; nil for a caller's attempt, which runs
 	// on the caller's goroutine.
-	tr *tracked
+	tr *lifetime.Tracked
 	// deadline is a background attempt's timeout, paused while it waits for admission; nil for
 	// a caller's attempt, which waits within the caller's deadline.
 	deadline *attemptDeadline
@@ -57,7 +58,7 @@ func (a *issueAttempt) callDriver(f func()) error {
 		f()
 		return nil
 	}
-	if !a.tr.outside(f) {
+	if !a.tr.Outside(f) {
 		return errStopped
 	}
 	return nil

@@ -404,9 +404,7 @@ func TestStopDoesNotWaitForDriverFunctions(t *testing.T) {
 	}
 	close(release)
 	e.poll("the loop to leave", func() bool {
-		m.life.mu.Lock()
-		defer m.life.mu.Unlock()
-		return m.life.n == 0
+		return m.life.Running() == 0
 	})
 	if n := testkit.CountActions(e.client, "create"); n != 0 {
 		t.Fatalf("%d requests created after Stop", n)

@@ -22,15 +22,10 @@ limitations under the License.
 //
 // Each piece of state has one owner, with its own lock, and each file uses only files listed
 // after it. The Manager wires the owners together and serves the public API; nothing below it
-// holds a *Manager. The table's lock is taken before a volume's, never after. The node's
-// CertificateRequests (the informer, and finding, creating, settling, waiting for and deleting a
-// volume's requests) are package internal/certrequests's; the private keys of submitted requests,
-// in memory and beside the metadata, internal/pendingkeys's; what a refused or unanswered call to
-// the apiserver means, internal/apicall's.
+// holds a *Manager. The table's lock is taken before a volume's, never after.
 //
 //	manager.go      the public API (options.go: Options and their defaults, and the pod
-//	                condition's reasons); wires the owners; Stop, through the lifetime
-//	                (lifetime.go) its goroutines register with
+//	                condition's reasons); wires the owners; Stop
 //	table.go        the managed volumes, by ID and by pod, with what is shown of each and the
 //	                count of volumes in each state; every change to what is shown of a volume
 //	                passes its changeLocked, which tells the board
@@ -46,18 +41,30 @@ limitations under the License.
 //	due.go          when a volume is due: the one place that decides it
 //	issuer.go       what an attempt uses, shared by the loops and the publishes
 //	attempt.go      one attempt's steps, top to bottom, handing each to the owners below
-//	internal/admission  the node-wide limits: slots and a rate bucket, first come first served
 //	request.go      a volume's CertificateRequest, built from the driver's bundle with its origin
 //	                annotations
-//	outage.go       notices an unreachable apiserver, probes it, and wakes the loops that failed
-//	                for want of it when it is back
-//	permissions.go  the start-up access check
+//	permissions.go  ErrPermissionDenied, and the rules the options need, which the start-up
+//	                access check asks for
 //	board.go        the one place attempts report to: the metrics, the Events on the pod (their
 //	                reasons in events.go), the overdue and expiry timers, and, as the table's
 //	                observer, the state gauge and what each volume contributes to its pod's
-//	                condition, which internal/podcondition's writer writes for the pod's
-//	                readiness gates from a queue
-//	errors.go       the sentinels (timers on the injected clock: internal/clockutil)
+//	                condition
+//	errors.go       the sentinels
+//
+// The owners that know nothing of volumes are packages of their own, under internal/:
+//
+//	certrequests    the node's CertificateRequests: the informer, and finding, creating,
+//	                settling, waiting for and deleting a volume's requests
+//	pendingkeys     the private keys of submitted requests, in memory and beside the metadata,
+//	                and those the start-up sweep kept
+//	admission       the node-wide limits: slots and a rate bucket, first come first served
+//	outage          notices an unreachable apiserver, probes it, and tells the loops that failed
+//	                for want of it when it is back
+//	podcondition    writes each pod's condition for its readiness gates, from a queue
+//	accesscheck     the start-up access check (SelfSubjectAccessReview)
+//	apicall         what a refused or unanswered call to the apiserver means
+//	lifetime        the goroutines Stop waits for, and the context it ends
+//	clockutil       timers on the injected clock
 //
 // # A volume's status
 //

@@ -258,7 +258,7 @@ func TestUpgradingTableMatchesTheCode(t *testing.T) {
 	}
 	reviews := 0
 	for _, r := range requiredAccess(done, true) {
-		reviews += len(r.verbs)
+		reviews += len(r.Verbs)
 	}
 	if want := fmt.Sprintf("(%d with the defaults)", reviews); !strings.Contains(cell("At start, one SelfSubjectAccessReview"), want) {
 		t.Errorf("docs/upgrading.md's access check row does not say %q", want)

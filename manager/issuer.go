@@ -23,6 +23,7 @@ import (
 	"github.com/cert-manager/csi-lib/internal/admission"
 	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
+	"github.com/cert-manager/csi-lib/internal/outage"
 	"github.com/cert-manager/csi-lib/internal/pendingkeys"
 	"github.com/cert-manager/csi-lib/storage"
 )
@@ -46,7 +47,7 @@ type issuer struct {
 	admission *admission.Limits
 	board     *board
 	// outage tells the loops when an apiserver they could not reach is back.
-	outage *outage
+	outage *outage.Outage
 }
 
 // driverFuncs are the driver's functions an attempt calls, every default filled in.

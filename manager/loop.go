@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cert-manager/csi-lib/internal/apicall"
+	"github.com/cert-manager/csi-lib/internal/lifetime"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
 )
@@ -36,7 +37,7 @@ type loop struct {
 	table    *volumeTable
 	schedule loopSchedule
 	v        *managedVolume
-	tr       *tracked // the loop goroutine's registration with Stop
+	tr       *lifetime.Tracked // the loop goroutine's registration with Stop
 	// renewal and gate are working copies of the scheduled backoffs; resetting one copies its
 	// template again.
 	renewal, gate wait.Backoff
@@ -56,7 +57,7 @@ func loopScheduleOf(o Options) loopSchedule {
 }
 
 // runLoop runs a volume's loop; the loop's state lives on the goroutine's stack.
-func runLoop(iss *issuer, table *volumeTable, schedule loopSchedule, v *managedVolume, tr *tracked, known *metadata.Metadata) {
+func runLoop(iss *issuer, table *volumeTable, schedule loopSchedule, v *managedVolume, tr *lifetime.Tracked, known *metadata.Metadata) {
 	l := loop{iss: iss, table: table, schedule: schedule, v: v, tr: tr, renewal: schedule.renewal, gate: schedule.gate}
 	l.run(known)
 }
@@ -65,7 +66,7 @@ func runLoop(iss *issuer, table *volumeTable, schedule loopSchedule, v *managedV
 // the volume's metadata, just read.
 func (l *loop) run(known *metadata.Metadata) {
 	iss, v := l.iss, l.v
-	defer l.tr.done()
+	defer l.tr.Done()
 	for {
 		var meta metadata.Metadata
 		var err error
@@ -121,7 +122,7 @@ func (l *loop) run(known *metadata.Metadata) {
 			delay = l.renewal.Step()
 			l.gate = l.schedule.gate
 			if apicall.Unreachable(outcome) {
-				kind, l.outageOver = waitAfterOutage, iss.outage.noticed()
+				kind, l.outageOver = waitAfterOutage, iss.outage.Noticed()
 			}
 		}
 		iss.board.attemptEnded(v, outcome, false, delay)
@@ -209,7 +210,7 @@ func (l *loop) gateOpens() (open, alive bool) {
 	if err != nil {
 		return false, v.ctx.Err() == nil
 	}
-	if !l.tr.outside(func() { open, _ = l.iss.driver.readyToRequest(meta) }) {
+	if !l.tr.Outside(func() { open, _ = l.iss.driver.readyToRequest(meta) }) {
 		return false, false
 	}
 	return open, v.ctx.Err() == nil

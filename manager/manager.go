@@ -27,10 +27,13 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/cert-manager/csi-lib/internal/accesscheck"
 	"github.com/cert-manager/csi-lib/internal/admission"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/clockutil"
+	"github.com/cert-manager/csi-lib/internal/lifetime"
+	"github.com/cert-manager/csi-lib/internal/outage"
 	"github.com/cert-manager/csi-lib/internal/pendingkeys"
 	"github.com/cert-manager/csi-lib/internal/podcondition"
 	"github.com/cert-manager/csi-lib/metadata"
@@ -47,7 +50,7 @@ type Manager struct {
 	nodeHash string
 	schedule loopSchedule
 	log      logr.Logger
-	life     *lifetime // the context Stop ends, and the goroutines Stop waits for
+	life     *lifetime.Lifetime // the context Stop ends, and the goroutines Stop waits for
 	stopOnce sync.Once
 
 	// table is the set of managed volumes and what the board shows of each.
@@ -85,7 +88,7 @@ func NewManager(opts Options) (*Manager, error) {
 		nodeHash: nodeHash,
 		schedule: loopScheduleOf(opts),
 		log:      log,
-		life:     newLifetime(),
+		life:     lifetime.New(),
 	}
 	m.series = newSeriesRetention(opts.Clock, m.DeleteVolumeMetricSeries)
 	limits := admission.Config{
@@ -98,9 +101,9 @@ func NewManager(opts Options) (*Manager, error) {
 		limits.PerSecond, limits.Burst = rl.PerSecond, rl.Burst
 	}
 	m.admission = admission.New(limits)
-	m.outage = newOutage(opts.Clock, apiserverProbe(opts.Client), m.life)
+	m.outage = outage.New(opts.Clock, outage.APIServerProbe(opts.Client), m.life)
 	if m.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.keys.Seen, m.keys.RequestDeleted); err != nil {
-		m.life.end()
+		m.life.End()
 		return nil, err
 	}
 	var conditions *podcondition.Writer
@@ -121,9 +124,9 @@ func NewManager(opts Options) (*Manager, error) {
 	if opts.DisableAccessCheck {
 		close(m.accessChecked)
 	} else {
-		startAccessCheck(m.life, opts.Client.Discovery().RESTClient(), requiredAccess(opts, ownCreates), log, m.accessChecked)
+		accesscheck.Start(m.life, opts.Client.Discovery().RESTClient(), requiredAccess(opts, ownCreates), log, m.accessChecked)
 	}
-	if err := m.requests.Start(m.life.ctx); errors.Is(err, ErrPermissionDenied) {
+	if err := m.requests.Start(m.life.Context()); errors.Is(err, ErrPermissionDenied) {
 		// Never a reason not to start: publishes answer PermissionDenied until it is granted.
 		log.Error(err, "The CertificateRequest informer cannot sync; every issuance fails until the permission is granted")
 	} else if err != nil {
@@ -173,11 +176,11 @@ func (m *Manager) resumeMountedVolumes() {
 
 // expireSweptKeys ends the grace period of the keys the start-up sweep kept.
 func (m *Manager) expireSweptKeys() {
-	tr := m.life.track()
+	tr := m.life.Track()
 	if tr == nil {
 		return
 	}
-	defer tr.done()
+	defer tr.Done()
 	m.keys.ExpireSwept()
 }
 
@@ -207,7 +210,7 @@ func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
 	if !m.table.markLoopStarted(v) {
 		return
 	}
-	tr := m.life.track()
+	tr := m.life.Track()
 	if tr == nil {
 		return
 	}
@@ -394,14 +397,14 @@ func (m *Manager) PodTerminating(podUID types.UID) {
 func (m *Manager) Stop() {
 	m.stopOnce.Do(func() {
 		vols := m.table.stop()
-		m.life.cancel()
+		m.life.Cancel()
 		for _, v := range vols {
 			// No fence: Stop must not wait for a WriteKeypair.
 			v.ctx.cancel()
 		}
 		m.keys.Stop()
 		m.series.stop()
-		m.life.end()
+		m.life.End()
 		if m.board.conditions != nil {
 			m.board.conditions.Stop()
 		}

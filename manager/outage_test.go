@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/cert-manager/csi-lib/internal/apicall"
+	"github.com/cert-manager/csi-lib/internal/outage"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -61,20 +62,20 @@ func TestLoopAttemptsAsSoonAsTheApiserverIsBack(t *testing.T) {
 		}
 		// The loop waits its 30 s step; the probe failed and waits its interval.
 		got := map[time.Duration]bool{e.nextTimer(): true, e.nextTimer(): true}
-		if !got[30*time.Second] || !got[outageProbeInterval] {
+		if !got[30*time.Second] || !got[outage.ProbeInterval] {
 			t.Fatalf("timers %v, want the backoff step and the probe interval", got)
 		}
 		e.poll("the loop and the prober to wait", func() bool { return e.clock.Waiters() == 2 })
 
 		down.Store(false)
-		e.clock.Step(outageProbeInterval)
+		e.clock.Step(outage.ProbeInterval)
 		if d := e.nextTimer(); d != issueTimeout {
 			t.Fatalf("the apiserver is back but the loop did not attempt (next timer %v)", d)
 		}
 		e.issuePending()
 		e.poll("the certificate", func() bool { return e.writtenCount() == 1 })
-		if e.clock.Since(start) != outageProbeInterval {
-			t.Fatalf("renewed %v after the failure, want %v", e.clock.Since(start), outageProbeInterval)
+		if e.clock.Since(start) != outage.ProbeInterval {
+			t.Fatalf("renewed %v after the failure, want %v", e.clock.Since(start), outage.ProbeInterval)
 		}
 	})
 	t.Run("a failure the probe contradicts", func(t *testing.T) {
@@ -93,9 +94,7 @@ func TestLoopAttemptsAsSoonAsTheApiserverIsBack(t *testing.T) {
 		e.start()
 		e.expectAttemptThenWait(30 * time.Second)
 		e.poll("the probe to end", func() bool {
-			e.m.outage.mu.Lock()
-			defer e.m.outage.mu.Unlock()
-			return !e.m.outage.probing
+			return !e.m.outage.Probing()
 		})
 		e.stepNotYet(30 * time.Second)
 		e.clock.Step(time.Millisecond)

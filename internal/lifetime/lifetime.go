@@ -14,18 +14,21 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+// Package lifetime is the life of a component that runs goroutines: a context that ends when it
+// stops, and a count of its goroutines so that stopping can wait for them, except while one runs
+// code the component does not control (a driver's function), which stopping never waits for.
+package lifetime
 
 import (
 	"context"
 	"sync"
 )
 
-// lifetime is the manager's life: a context that ends on Stop, and a count of the manager's own
+// Lifetime is the manager's life: a context that ends on Stop, and a count of the manager's own
 // goroutines so that Stop can wait for them, except while one is inside a driver-supplied
 // function: Stop never waits for code it does not control. A goroutine that comes back from a
 // driver function after Stop finds the manager closed and exits at once, touching nothing.
-type lifetime struct {
+type Lifetime struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -35,22 +38,23 @@ type lifetime struct {
 	closed bool
 }
 
-func newLifetime() *lifetime {
-	l := &lifetime{}
+// New returns a Lifetime whose context has not ended.
+func New() *Lifetime {
+	l := &Lifetime{}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.idle = sync.NewCond(&l.mu)
 	return l
 }
 
-// end ends the context, refuses further goroutines and waits until every registered one has
+// End ends the context, refuses further goroutines and waits until every registered one has
 // left.
-func (l *lifetime) end() {
+func (l *Lifetime) End() {
 	l.cancel()
 	l.closeAndWait()
 }
 
 // enter registers a goroutine of the manager. It reports false once the manager is closed.
-func (l *lifetime) enter() bool {
+func (l *Lifetime) enter() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -61,7 +65,7 @@ func (l *lifetime) enter() bool {
 }
 
 // leave unregisters a goroutine registered by enter.
-func (l *lifetime) leave() {
+func (l *Lifetime) leave() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.n--
@@ -71,7 +75,7 @@ func (l *lifetime) leave() {
 }
 
 // closeAndWait refuses further enters and waits until every registered goroutine has left.
-func (l *lifetime) closeAndWait() {
+func (l *Lifetime) closeAndWait() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
@@ -80,25 +84,25 @@ func (l *lifetime) closeAndWait() {
 	}
 }
 
-// tracked is one goroutine's registration. Outside calls it releases its registration for the
+// Tracked is one goroutine's registration. Outside calls it releases its registration for the
 // duration of a driver function.
-type tracked struct {
-	l      *lifetime
+type Tracked struct {
+	l      *Lifetime
 	inside bool
 }
 
-// track registers the calling goroutine; nil if the manager is closed.
-func (l *lifetime) track() *tracked {
+// Track registers the calling goroutine; nil if the manager is closed.
+func (l *Lifetime) Track() *Tracked {
 	if !l.enter() {
 		return nil
 	}
-	return &tracked{l: l, inside: true}
+	return &Tracked{l: l, inside: true}
 }
 
-// outside runs f (a driver-supplied function) without holding up Stop. It reports false if the
+// Outside runs f (a driver-supplied function) without holding up Stop. It reports false if the
 // manager was closed meanwhile: the goroutine no longer counts and must return without doing
 // anything more.
-func (t *tracked) outside(f func()) bool {
+func (t *Tracked) Outside(f func()) bool {
 	t.l.leave()
 	t.inside = false
 	f()
@@ -109,10 +113,27 @@ func (t *tracked) outside(f func()) bool {
 	return true
 }
 
-// done ends the registration (if the goroutine still holds it).
-func (t *tracked) done() {
+// Done ends the registration (if the goroutine still holds it).
+func (t *Tracked) Done() {
 	if t != nil && t.inside {
 		t.inside = false
 		t.l.leave()
 	}
+}
+
+// Context ends when Cancel or End is called.
+func (l *Lifetime) Context() context.Context {
+	return l.ctx
+}
+
+// Cancel ends the context without waiting for the goroutines (End waits).
+func (l *Lifetime) Cancel() {
+	l.cancel()
+}
+
+// Running reports how many goroutines are registered and not outside.
+func (l *Lifetime) Running() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
 }

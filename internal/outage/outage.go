@@ -14,7 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+// Package outage notices when the apiserver cannot be reached, probes it, and tells those who
+// failed for want of it when it is back.
+package outage
 
 import (
 	"context"
@@ -22,48 +24,50 @@ import (
 	"time"
 
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	"github.com/cert-manager/csi-lib/internal/lifetime"
 	"k8s.io/utils/clock"
 )
 
 const (
-	// outageProbeInterval is how often the apiserver is probed during an outage (on the
+	// ProbeInterval is how often the apiserver is probed during an outage (on the
 	// injected clock).
-	outageProbeInterval = 500 * time.Millisecond
-	// outageProbeTimeout bounds one probe.
-	outageProbeTimeout = 5 * time.Second
+	ProbeInterval = 500 * time.Millisecond
+	// probeTimeout bounds one probe.
+	probeTimeout = 5 * time.Second
 )
 
-// outage notices when the apiserver cannot be reached and when it can be again. A loop whose
+// Outage notices when the apiserver cannot be reached and when it can be again. A loop whose
 // attempt failed for want of it waits its renewal backoff as after any error, but the end of the
 // outage ends that wait, so that due volumes renew as soon as the apiserver is back instead of at
 // the end of a backoff step (admission still bounds how many attempts start at once). An outage
 // is confirmed by a probe that fails; a failure the first probe contradicts was not one, and its
 // loop waits its backoff in full.
-type outage struct {
+type Outage struct {
 	clock clock.Clock
 	// probe asks the apiserver something cheap; nil error: it answered.
 	probe func(ctx context.Context) error
-	life  *lifetime
+	life  *lifetime.Lifetime
 
 	mu      sync.Mutex
 	probing bool
 	over    chan struct{} // closed when the outage being probed ends
 }
 
-func newOutage(clk clock.Clock, probe func(ctx context.Context) error, life *lifetime) *outage {
-	return &outage{clock: clk, probe: probe, life: life, over: make(chan struct{})}
+// New returns an Outage that probes with probe, on goroutines of life.
+func New(clk clock.Clock, probe func(ctx context.Context) error, life *lifetime.Lifetime) *Outage {
+	return &Outage{clock: clk, probe: probe, life: life, over: make(chan struct{})}
 }
 
-// noticed records a failure to reach the apiserver and returns a channel that is closed when the
+// Noticed records a failure to reach the apiserver and returns a channel that is closed when the
 // outage ends; it starts probing the apiserver unless a probe is running.
-func (o *outage) noticed() <-chan struct{} {
+func (o *Outage) Noticed() <-chan struct{} {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	over := o.over
 	if o.probing {
 		return over
 	}
-	tr := o.life.track()
+	tr := o.life.Track()
 	if tr == nil {
 		return over
 	}
@@ -72,13 +76,13 @@ func (o *outage) noticed() <-chan struct{} {
 	return over
 }
 
-// probeUntilBack probes the apiserver at once and then every outageProbeInterval until it
+// probeUntilBack probes the apiserver at once and then every ProbeInterval until it
 // answers; if a probe failed first (the outage was real), the answer ends the outage.
-func (o *outage) probeUntilBack(tr *tracked) {
-	defer tr.done()
+func (o *Outage) probeUntilBack(tr *lifetime.Tracked) {
+	defer tr.Done()
 	confirmed := false
 	for {
-		ctx, cancel := context.WithTimeout(o.life.ctx, outageProbeTimeout)
+		ctx, cancel := context.WithTimeout(o.life.Context(), probeTimeout)
 		err := o.probe(ctx)
 		cancel()
 		if err == nil {
@@ -92,10 +96,10 @@ func (o *outage) probeUntilBack(tr *tracked) {
 			return
 		}
 		confirmed = true
-		t := o.clock.NewTimer(outageProbeInterval)
+		t := o.clock.NewTimer(ProbeInterval)
 		select {
 		case <-t.C():
-		case <-o.life.ctx.Done():
+		case <-o.life.Context().Done():
 			t.Stop()
 			o.mu.Lock()
 			o.probing = false
@@ -105,8 +109,8 @@ func (o *outage) probeUntilBack(tr *tracked) {
 	}
 }
 
-// apiserverProbe asks the apiserver for its version: the cheapest request every client may make.
-func apiserverProbe(client cmclient.Interface) func(ctx context.Context) error {
+// APIServerProbe asks the apiserver for its version: the cheapest request every client may make.
+func APIServerProbe(client cmclient.Interface) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		if rc := client.Discovery().RESTClient(); rc != nil {
 			return rc.Get().AbsPath("/version").Do(ctx).Error()
@@ -114,4 +118,11 @@ func apiserverProbe(client cmclient.Interface) func(ctx context.Context) error {
 		_, err := client.Discovery().ServerVersion() // a fake clientset's discovery
 		return err
 	}
+}
+
+// Probing reports whether a probe is running.
+func (o *Outage) Probing() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.probing
 }
