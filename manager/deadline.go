@@ -33,7 +33,7 @@ const issueTimeout = 60 * time.Second
 // issueTimeout on the injected clock, or when end is called with a cause. The returned cancel
 // stops the timer synchronously, so a fake clock shows no stray waiter once the attempt is over.
 func attemptContext(clk clock.Clock, v *managedVolume) (ctx context.Context, d *attemptDeadline, end context.CancelCauseFunc, cancel func()) {
-	ctx, end = context.WithCancelCause(&v.ctx)
+	ctx, end = context.WithCancelCause(v.ctx)
 	d = &attemptDeadline{clock: clk, cancel: end}
 	d.restart()
 	return ctx, d, end, func() {

@@ -24,6 +24,7 @@ limitations under the License.
 // after it. The Manager wires the owners together and serves the public API; nothing below it
 // holds a *Manager. The table's lock is taken before a volume's, never after.
 //
+//	resume.go       a restart: the stored volumes and the kept keys the previous process left
 //	manager.go      the public API (options.go: Options and their defaults, and the pod
 //	                condition's reasons); wires the owners; Stop
 //	table.go        the managed volumes, by ID and by pod, with what is shown of each and the
@@ -33,7 +34,7 @@ limitations under the License.
 //	                named events, and what is watched of its certificate
 //	volume.go       one registration, under its own lock: its pod, its last write, the attempt
 //	                in flight and the fence that UnmanageVolume closes after a running
-//	                WriteKeypair; volumectx.go, its context
+//	                WriteKeypair
 //	series.go       the metric series of departed volumes, deleted after a retention
 //	loop.go         one per volume, on its own goroutine: wait until due → attempt → wait by the
 //	                outcome's class; a caller's attempt runs here too, before the loop starts;
@@ -64,6 +65,7 @@ limitations under the License.
 //	accesscheck     the start-up access check (SelfSubjectAccessReview)
 //	apicall         what a refused or unanswered call to the apiserver means
 //	lifetime        the goroutines Stop waits for, and the context it ends
+//	cancelctx       a volume's context, which costs one channel while the volume is idle
 //	clockutil       timers on the injected clock
 //
 // # A volume's status

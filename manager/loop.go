@@ -79,7 +79,7 @@ func (l *loop) run(known *metadata.Metadata) {
 		case errors.Is(err, storage.ErrNotFound):
 			v.logger(iss.log).Info("Volume metadata is gone; no longer managing the volume")
 			l.table.remove(v)
-			v.ctx.cancel()
+			v.ctx.Cancel()
 			return
 		case err != nil:
 			// Logged, not counted as an issuance error; retried on the renewal backoff.
@@ -240,7 +240,7 @@ func (l *loop) issue() error {
 // caller's deadline included.
 func (iss *issuer) issueForCaller(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(&v.ctx, func() { cancel(errStopped) })
+	stop := context.AfterFunc(v.ctx, func() { cancel(errStopped) })
 	err := (&issueAttempt{iss: iss, v: v, known: &meta, gateOpen: gateOpen}).run(ctx, cancel)
 	stop()
 	cancel(nil)

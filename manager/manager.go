@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	cmlisters "github.com/cert-manager/cert-manager/pkg/client/listers/certmanager/v1"
 	"github.com/go-logr/logr"
@@ -31,7 +30,6 @@ import (
 	"github.com/cert-manager/csi-lib/internal/admission"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
-	"github.com/cert-manager/csi-lib/internal/clockutil"
 	"github.com/cert-manager/csi-lib/internal/lifetime"
 	"github.com/cert-manager/csi-lib/internal/outage"
 	"github.com/cert-manager/csi-lib/internal/pendingkeys"
@@ -134,8 +132,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 
-	m.keys.LoadSwept(m.requests.Exists, func(d time.Duration, f func()) func() bool { return clockutil.AfterFunc(opts.Clock, d, f) }, m.expireSweptKeys)
-	m.resumeMountedVolumes()
+	m.resume()
 	m.table.showAllCounts() // every state, zeros included, from the start
 	return m, nil
 }
@@ -149,72 +146,11 @@ func NewManagerOrDie(opts Options) *Manager {
 	return m
 }
 
-func (m *Manager) resumeMountedVolumes() {
-	ids, err := m.opts.MetadataReader.ListVolumes()
-	if err != nil {
-		m.log.Error(err, "Cannot list stored volumes; none resumed")
-		return
-	}
-	resumed := 0
-	for _, id := range ids {
-		meta, err := m.opts.MetadataReader.ReadMetadata(id)
-		if err != nil {
-			m.log.Error(err, "Cannot read volume metadata; not resuming it", "volume_id", id)
-			continue
-		}
-		if !meta.Mounted {
-			m.log.V(2).Info("Not resuming volume whose publish never succeeded", "volume_id", id)
-			continue
-		}
-		if v := m.register(id, &meta, true); v != nil {
-			m.startLoop(v, &meta)
-			resumed++
-		}
-	}
-	m.log.Info("Resumed management of mounted volumes", "count", resumed, "stored", len(ids))
-}
-
-// expireSweptKeys ends the grace period of the keys the start-up sweep kept.
-func (m *Manager) expireSweptKeys() {
-	tr := m.life.Track()
-	if tr == nil {
-		return
-	}
-	defer tr.Done()
-	m.keys.ExpireSwept()
-}
-
 // CertificateRequestLister lists the node's CertificateRequests from the manager's informer
 // cache. It exists only once NewManager has returned, so it cannot be the lister passed to
 // metrics.New, whose result NewManager takes (see metrics.New for what to pass).
 func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister {
 	return m.requests.Lister()
-}
-
-// register adds a volume to the managed set, counted in its state, without starting its loop,
-// and keeps its metric series (a retirement pending for the ID is cancelled); meta, if not nil,
-// is the volume's metadata (see volumeTable.note), and resumed says it comes from stored state at
-// start-up. It returns nil if the volume is already managed or the manager is stopped.
-func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *managedVolume {
-	v := newVolume(id, m.opts.Clock.Now(), resumed)
-	if !m.table.add(v, meta) {
-		return nil
-	}
-	m.series.keep(id)
-	return v
-}
-
-// startLoop starts the volume's renewal loop once. If known is non-nil it is the volume's
-// metadata, just read, which saves the loop its first read.
-func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
-	if !m.table.markLoopStarted(v) {
-		return
-	}
-	tr := m.life.Track()
-	if tr == nil {
-		return
-	}
-	go runLoop(&m.issuer, m.table, m.schedule, v, tr, known)
 }
 
 // ManageVolume starts managing a volume in the background: its loop issues a certificate when
@@ -288,21 +224,6 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 	return m.issueFirst(ctx, v, meta, true)
 }
 
-// issueFirst makes one attempt on the caller's goroutine for a just-registered volume whose
-// metadata says it has no certificate (gateOpen: the caller asked the gate already), then starts
-// the loop, unless the attempt failed.
-func (m *Manager) issueFirst(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
-	if hasCertificate(meta) {
-		m.startLoop(v, &meta)
-		return nil
-	}
-	if err := m.issueForCaller(ctx, v, meta, gateOpen); err != nil {
-		return err
-	}
-	m.startLoop(v, nil)
-	return nil
-}
-
 // UnmanageVolume stops managing a volume. It cancels the volume's loop and any attempt in
 // flight, and returns once none of them can write any more: it waits for a WriteKeypair of this
 // volume that is already running, and for nothing else (a driver function that ignores its
@@ -314,7 +235,7 @@ func (m *Manager) UnmanageVolume(volumeID string) {
 	if v == nil || !m.table.remove(v) {
 		return
 	}
-	v.ctx.cancel()
+	v.ctx.Cancel()
 	v.fence()
 }
 
@@ -400,7 +321,7 @@ func (m *Manager) Stop() {
 		m.life.Cancel()
 		for _, v := range vols {
 			// No fence: Stop must not wait for a WriteKeypair.
-			v.ctx.cancel()
+			v.ctx.Cancel()
 		}
 		m.keys.Stop()
 		m.series.stop()
@@ -411,4 +332,45 @@ func (m *Manager) Stop() {
 		m.admission.Close()
 		m.requests.Shutdown()
 	})
+}
+
+// register adds a volume to the managed set, counted in its state, without starting its loop,
+// and keeps its metric series (a retirement pending for the ID is cancelled); meta, if not nil,
+// is the volume's metadata (see volumeTable.note), and resumed says it comes from stored state at
+// start-up. It returns nil if the volume is already managed or the manager is stopped.
+func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *managedVolume {
+	v := newVolume(id, m.opts.Clock.Now(), resumed)
+	if !m.table.add(v, meta) {
+		return nil
+	}
+	m.series.keep(id)
+	return v
+}
+
+// startLoop starts the volume's renewal loop once. If known is non-nil it is the volume's
+// metadata, just read, which saves the loop its first read.
+func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
+	if !m.table.markLoopStarted(v) {
+		return
+	}
+	tr := m.life.Track()
+	if tr == nil {
+		return
+	}
+	go runLoop(&m.issuer, m.table, m.schedule, v, tr, known)
+}
+
+// issueFirst makes one attempt on the caller's goroutine for a just-registered volume whose
+// metadata says it has no certificate (gateOpen: the caller asked the gate already), then starts
+// the loop, unless the attempt failed.
+func (m *Manager) issueFirst(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
+	if hasCertificate(meta) {
+		m.startLoop(v, &meta)
+		return nil
+	}
+	if err := m.issueForCaller(ctx, v, meta, gateOpen); err != nil {
+		return err
+	}
+	m.startLoop(v, nil)
+	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cert-manager/csi-lib/internal/cancelctx"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,7 +41,7 @@ type managedVolume struct {
 	managedAt time.Time
 	// ctx ends with the registration; the contexts of its attempts derive from it. It is a
 	// context and keeps its own lock, as every context does.
-	ctx volumeContext
+	ctx *cancelctx.Context
 	// requeue holds at most one pending Requeue.
 	requeue chan struct{}
 
@@ -94,11 +95,10 @@ type attemptInFlight struct {
 }
 
 func newVolume(id string, now time.Time, resumed bool) *managedVolume {
-	v := &managedVolume{id: id, managedAt: now, requeue: make(chan struct{}, 1)}
+	v := &managedVolume{id: id, managedAt: now, ctx: cancelctx.New(), requeue: make(chan struct{}, 1)}
 	if resumed {
 		v.flags = flagResumed
 	}
-	v.ctx.done = make(chan struct{})
 	return v
 }
 

@@ -17,70 +17,9 @@ limitations under the License.
 package manager
 
 import (
-	"context"
-	"errors"
 	"math/rand"
 	"testing"
-	"time"
 )
-
-// TestVolumeContext: a volume's context ends only with cancel; contexts derived from it end with
-// it, and leave nothing registered on it once they are done.
-func TestVolumeContext(t *testing.T) {
-	v := newVolume("v", start, false)
-	if v.ctx.Err() != nil {
-		t.Fatal("a new volume's context has ended")
-	}
-	if _, ok := v.ctx.Deadline(); ok || v.ctx.Value("k") != nil {
-		t.Fatal("a volume's context has a deadline or values")
-	}
-
-	// A derived context that is done before the volume leaves nothing behind.
-	done, cancelDone := context.WithCancel(&v.ctx)
-	cancelDone()
-	if done.Err() == nil {
-		t.Fatal("derived context not cancelled")
-	}
-	stopped := context.AfterFunc(&v.ctx, func() { t.Error("a stopped AfterFunc ran") })
-	if !stopped() || stopped() {
-		t.Fatal("stop must report true once, then false")
-	}
-	v.ctx.mu.Lock()
-	left := len(v.ctx.funcs)
-	v.ctx.mu.Unlock()
-	if left != 0 {
-		t.Fatalf("%d functions left registered on the volume's context", left)
-	}
-
-	// A live derived context and an AfterFunc end with the volume.
-	live, cancelLive := context.WithCancelCause(&v.ctx)
-	defer cancelLive(nil)
-	ran := make(chan struct{})
-	context.AfterFunc(&v.ctx, func() { close(ran) })
-	v.ctx.cancel()
-	v.ctx.cancel() // a second cancel does nothing
-	if !errors.Is(v.ctx.Err(), context.Canceled) {
-		t.Fatalf("Err = %v after cancel", v.ctx.Err())
-	}
-	select {
-	case <-live.Done():
-	case <-time.After(pollTimeout):
-		t.Fatal("a derived context did not end with the volume")
-	}
-	select {
-	case <-ran:
-	case <-time.After(pollTimeout):
-		t.Fatal("an AfterFunc did not run when the volume ended")
-	}
-	// Registered after the end: runs at once.
-	late := make(chan struct{})
-	context.AfterFunc(&v.ctx, func() { close(late) })
-	select {
-	case <-late:
-	case <-time.After(pollTimeout):
-		t.Fatal("an AfterFunc registered after the end did not run")
-	}
-}
 
 // TestVolumeStatusFollowsItsModel drives volumeStatus.apply with random sequences of events
 // (fixed seeds) and compares the state after each with a reference model that reads the state

@@ -29,8 +29,10 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/internal/certrequests"
+	"github.com/cert-manager/csi-lib/internal/clockutil"
 	"github.com/cert-manager/csi-lib/storage"
 )
 
@@ -297,8 +299,8 @@ const SweptKeyGrace = 5 * time.Minute
 
 // LoadSwept learns which request each kept key belongs to and removes those whose request does
 // not exist (requestExists reads the synced informer) or that cannot be decoded. If any key is
-// kept, afterFunc arms the end of the grace period, which calls expire.
-func (k *Keys) LoadSwept(requestExists func(reqKey string) bool, afterFunc func(time.Duration, func()) func() bool, expire func()) {
+// kept, the end of the grace period on clk calls expire.
+func (k *Keys) LoadSwept(requestExists func(reqKey string) bool, clk clock.Clock, expire func()) {
 	if k.swept == nil {
 		return
 	}
@@ -328,7 +330,7 @@ func (k *Keys) LoadSwept(requestExists func(reqKey string) bool, afterFunc func(
 		log.Info("Keeping the pending key of a removed volume until its volume is published again", "request", reqKey, "grace_period", SweptKeyGrace)
 	}
 	if len(k.sweptFor) > 0 {
-		k.stopExpiry = afterFunc(SweptKeyGrace, expire)
+		k.stopExpiry = clockutil.AfterFunc(clk, SweptKeyGrace, expire)
 	}
 }
 

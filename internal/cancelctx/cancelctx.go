@@ -14,7 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package manager
+// Package cancelctx is a context that ends when it is cancelled and for no other reason, and
+// costs one channel for as long as it lives.
+package cancelctx
 
 import (
 	"context"
@@ -22,12 +24,13 @@ import (
 	"time"
 )
 
-// volumeContext is a context that ends when cancel is called, and for no other reason: no
-// parent, deadline or values. A volume is idle most of its life, so it costs one channel and no
-// more: the contexts derived from it register through its AfterFunc (which the context package
-// uses for a parent that offers it) and leave nothing behind once they are done, where a
-// context.WithCancel would keep a map of children for the rest of the volume's life.
-type volumeContext struct {
+// Context is a context that ends when Cancel is called, and for no other reason: no parent,
+// deadline or values. It is made for something idle most of its life, such as a managed volume:
+// it costs one channel and no more. The contexts derived from it register through its AfterFunc
+// (which the context package uses for a parent that offers it) and leave nothing behind once
+// they are done, where a context.WithCancel would keep a map of children for the rest of its
+// life.
+type Context struct {
 	done chan struct{}
 
 	mu    sync.Mutex
@@ -35,16 +38,21 @@ type volumeContext struct {
 	funcs []*func() // AfterFunc's, until called or stopped
 }
 
-var _ context.Context = (*volumeContext)(nil)
+var _ context.Context = (*Context)(nil)
 
-func (c *volumeContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+// New returns a Context that has not ended.
+func New() *Context {
+	return &Context{done: make(chan struct{})}
+}
 
-func (c *volumeContext) Done() <-chan struct{} { return c.done }
+func (c *Context) Deadline() (time.Time, bool) { return time.Time{}, false }
 
-func (c *volumeContext) Value(any) any { return nil }
+func (c *Context) Done() <-chan struct{} { return c.done }
+
+func (c *Context) Value(any) any { return nil }
 
 // Err is context.Canceled once cancel was called, nil before.
-func (c *volumeContext) Err() error {
+func (c *Context) Err() error {
 	select {
 	case <-c.done:
 		return context.Canceled
@@ -55,7 +63,7 @@ func (c *volumeContext) Err() error {
 
 // AfterFunc calls f on a goroutine of its own once the context ends (at once if it has), unless
 // the returned stop is called first; stop reports whether it prevented the call.
-func (c *volumeContext) AfterFunc(f func()) (stop func() bool) {
+func (c *Context) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ended {
@@ -80,9 +88,9 @@ func (c *volumeContext) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
-// cancel ends the context and calls the functions registered with AfterFunc. Only the first call
+// Cancel ends the context and calls the functions registered with AfterFunc. Only the first call
 // does anything.
-func (c *volumeContext) cancel() {
+func (c *Context) Cancel() {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
