@@ -27,11 +27,12 @@ limitations under the License.
 //	resume.go       a restart: the stored volumes and the kept keys the previous process left
 //	manager.go      the public API (options.go: Options and their defaults, and the pod
 //	                condition's reasons); wires the owners; Stop
-//	table.go        the managed volumes, by ID and by pod, with what is shown of each and the
-//	                count of volumes in each state; every change to what is shown of a volume
-//	                passes its changeLocked, which tells the board
-//	status.go       what is shown of a volume: its status (see the diagram below), moved only by
-//	                named events, and what is watched of its certificate
+//	table.go        the managed volumes, by ID and by pod, with what is shown of each (its
+//	                status, see the diagram below, moved only by named events) and the count of
+//	                volumes in each state; every change to what is shown of a volume passes its
+//	                changeLocked, which tells the board
+//	watch.go        what is watched of a volume's certificate: its expiry and the timers that
+//	                notice it overdue or expired
 //	volume.go       one registration, under its own lock: its pod, its last write, the attempt
 //	                in flight and the fence that UnmanageVolume closes after a running
 //	                WriteKeypair

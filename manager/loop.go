@@ -65,75 +65,103 @@ func runLoop(iss *issuer, table *volumeTable, schedule loopSchedule, v *managedV
 // run runs the loop until the volume is unmanaged or the manager stops. known, if non-nil, is
 // the volume's metadata, just read.
 func (l *loop) run(known *metadata.Metadata) {
-	iss, v := l.iss, l.v
 	defer l.tr.Done()
 	for {
-		var meta metadata.Metadata
-		var err error
-		if known != nil {
-			meta, known = *known, nil
-		} else if meta, err = iss.store.ReadMetadata(v.id); err == nil {
-			l.table.note(v, meta)
-		}
+		delay, kind, next := l.turn(known)
+		known = nil
 		switch {
-		case errors.Is(err, storage.ErrNotFound):
-			v.logger(iss.log).Info("Volume metadata is gone; no longer managing the volume")
-			l.table.remove(v)
-			v.ctx.Cancel()
+		case next == endLoop:
 			return
-		case err != nil:
-			// Logged, not counted as an issuance error; retried on the renewal backoff.
-			v.logger(iss.log).Error(err, "Cannot read volume metadata")
-			if !l.sleep(l.renewal.Step(), waitAfterError) {
-				return
-			}
-			continue
-		}
-		last := v.lastWritten()
-		if renewAt, ok := heldTo(meta, last); ok {
-			iss.board.watchCertificate(v, renewAt)
-		}
-		if wait := untilDue(meta, last, iss.clock.Now()); wait > 0 {
-			if !l.sleep(wait, waitUntilDue) {
-				return
-			}
-			continue
-		}
-
-		outcome := l.issue()
-		if errors.Is(outcome, errStopped) {
-			return
-		}
-		if errors.Is(outcome, ErrPodTerminating) && v.is(flagTerminating) {
-			// Nothing more is attempted; the volume waits to be unmanaged.
-			iss.board.attemptEnded(v, outcome, false, 0)
-			<-v.ctx.Done()
-			return
-		}
-		var delay time.Duration
-		kind := waitAfterError
-		switch {
-		case outcome == nil:
-			l.renewal, l.gate = l.schedule.renewal, l.schedule.gate
-		case errors.Is(outcome, ErrNotReadyToRequest):
-			delay, kind = l.gate.Step(), waitGatePending
-			l.renewal = l.schedule.renewal
-		default:
-			delay = l.renewal.Step()
-			l.gate = l.schedule.gate
-			if apicall.Unreachable(outcome) {
-				kind, l.outageOver = waitAfterOutage, iss.outage.Noticed()
-			}
-		}
-		iss.board.attemptEnded(v, outcome, false, delay)
-		if outcome == nil {
-			continue
-		}
-		v.logger(iss.log).V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", kind == waitGatePending)
-		if !l.sleep(delay, kind) {
+		case next == waitThenTurn && !l.sleep(delay, kind):
 			return
 		}
 	}
+}
+
+// afterTurn is what the loop does after a turn.
+type afterTurn int
+
+const (
+	waitThenTurn afterTurn = iota // wait (sleep) for the delay, then turn again
+	turnAgain                     // turn again at once: after a success, which reads the metadata anew
+	endLoop                       // the volume is gone or unmanaged, or the manager stopped
+)
+
+// turn is one turn of the loop: it reads the volume's metadata (unless known) and, if the volume
+// is due, makes an attempt. It returns what the loop does next and, to wait, how long and what
+// may end the wait early: until due; after an attempt, by the outcome's class (see backoff); a
+// metadata read that failed is retried on the renewal backoff, logged and not counted as an
+// issuance error. A volume whose pod terminates makes no attempt any more: its loop waits to be
+// unmanaged, and ends.
+func (l *loop) turn(known *metadata.Metadata) (time.Duration, waitKind, afterTurn) {
+	iss, v := l.iss, l.v
+	var meta metadata.Metadata
+	var err error
+	if known != nil {
+		meta = *known
+	} else if meta, err = iss.store.ReadMetadata(v.id); err == nil {
+		l.table.note(v, meta)
+	}
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		v.logger(iss.log).Info("Volume metadata is gone; no longer managing the volume")
+		l.table.remove(v)
+		v.ctx.Cancel()
+		return 0, 0, endLoop
+	case err != nil:
+		v.logger(iss.log).Error(err, "Cannot read volume metadata")
+		return l.renewal.Step(), waitAfterError, waitThenTurn
+	}
+	last := v.lastWritten()
+	if renewAt, ok := heldTo(meta, last); ok {
+		iss.board.watchCertificate(v, renewAt)
+	}
+	if wait := untilDue(meta, last, iss.clock.Now()); wait > 0 {
+		return wait, waitUntilDue, waitThenTurn
+	}
+
+	outcome := l.issue()
+	if errors.Is(outcome, errStopped) {
+		return 0, 0, endLoop
+	}
+	terminated := errors.Is(outcome, ErrPodTerminating) && v.is(flagTerminating)
+	var delay time.Duration
+	kind := waitAfterError
+	if !terminated {
+		delay, kind = l.backoff(outcome)
+	}
+	iss.board.attemptEnded(v, outcome, false, delay)
+	switch {
+	case terminated:
+		<-v.ctx.Done()
+		return 0, 0, endLoop
+	case outcome == nil:
+		return 0, 0, turnAgain
+	}
+	v.logger(iss.log).V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", kind == waitGatePending)
+	return delay, kind, waitThenTurn
+}
+
+// backoff steps the loop's backoffs by an attempt's outcome and returns the wait it calls for:
+// none after a success (both backoffs reset); the gate's backoff after ErrNotReadyToRequest (the
+// renewal backoff resets); the renewal backoff after any other error (the gate's resets), which
+// only the end of an outage ends early when the apiserver could not be reached.
+func (l *loop) backoff(outcome error) (time.Duration, waitKind) {
+	switch {
+	case outcome == nil:
+		l.renewal, l.gate = l.schedule.renewal, l.schedule.gate
+		return 0, waitAfterError
+	case errors.Is(outcome, ErrNotReadyToRequest):
+		l.renewal = l.schedule.renewal
+		return l.gate.Step(), waitGatePending
+	}
+	l.gate = l.schedule.gate
+	delay := l.renewal.Step()
+	if apicall.Unreachable(outcome) {
+		l.outageOver = l.iss.outage.Noticed()
+		return delay, waitAfterOutage
+	}
+	return delay, waitAfterError
 }
 
 // waitKind says what a loop is waiting for, which decides what may end the wait early.

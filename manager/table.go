@@ -305,3 +305,85 @@ func (t *volumeTable) stop() []*managedVolume {
 	}
 	return vols
 }
+
+// shownVolume is what the board shows of a volume: its state, and what it watches of the
+// volume's certificate.
+type shownVolume struct {
+	status volumeStatus
+	// watch exists only when the board watches certificates.
+	watch *certificateWatch
+}
+
+// outcome is the class of a volume's last attempt, for its state.
+type outcome int
+
+const (
+	outcomeNone outcome = iota
+	outcomeGatePending
+	outcomeFailed
+)
+
+// volumeStatus is what a volume's state in certmanager_csi_volumes is derived from. It changes
+// only through apply.
+type volumeStatus struct {
+	hasCertificate   bool
+	last             outcome
+	overdue, expired bool
+}
+
+// volumeEvent is what moves a volume's status (see the package documentation's diagram).
+type volumeEvent int
+
+const (
+	// eventHasCertificate: the volume's metadata records a certificate.
+	eventHasCertificate volumeEvent = iota
+	// eventWritten: a key pair was written; what was wrong before is over.
+	eventWritten
+	// eventGatePending: the readiness gate said "not yet".
+	eventGatePending
+	// eventFailed: an attempt failed with an issuance error.
+	eventFailed
+	// eventOverdue: the certificate is past its renewal point by the margin, not renewed.
+	eventOverdue
+	// eventExpired: the certificate is past its NotAfter, not renewed.
+	eventExpired
+)
+
+// apply moves the status by ev, and reports whether it changed: the one place where a volume's
+// status changes.
+func (s *volumeStatus) apply(ev volumeEvent) bool {
+	before := *s
+	switch ev {
+	case eventHasCertificate:
+		s.hasCertificate = true
+	case eventWritten:
+		*s = volumeStatus{hasCertificate: true}
+	case eventGatePending:
+		s.last = outcomeGatePending
+	case eventFailed:
+		s.last = outcomeFailed
+	case eventOverdue:
+		s.overdue = true
+	case eventExpired:
+		s.expired = true
+	}
+	return *s != before
+}
+
+// state names the volume's state (metrics.VolumeStates); the worst condition wins.
+func (s volumeStatus) state() string {
+	switch {
+	case s.expired:
+		return "expired"
+	case s.overdue:
+		return "overdue"
+	case s.last == outcomeFailed:
+		return "failing"
+	case s.last == outcomeGatePending:
+		return "gate_pending"
+	case s.hasCertificate:
+		return "issued"
+	default:
+		return "pending"
+	}
+}
