@@ -86,8 +86,22 @@ limitations under the License.
 //	   ▼
 //	overdue ──── NotAfter ────► expired
 //
-// A registration ends with UnmanageVolume, Stop or the loss of its metadata; a volume whose pod
-// terminates makes no attempt any more until then.
+// # A volume's life
+//
+// Where a registered volume is in its life is where its loop is (loop.go: turn, then one wait),
+// or, before the loop starts, the publish's attempt on the caller's goroutine:
+//
+//	publish ─► requesting ─► pending ─► issued ─(due)─► renewing ─► pending ─► issued …
+//	  │  gate "not yet"       (attempt.go: gate, admission, key, create; then wait)
+//	  ▼
+//	waiting for the gate ─(Requeue, RequeuePod, the gate's poll, its backoff)─► requesting
+//	failed ─(renewal backoff; the end of an outage)─► requesting
+//	pod terminating ─► no attempt; waits to be unmanaged ─► gone
+//	UnmanageVolume, Stop, metadata gone ─► gone (from any state; UnmanageVolume waits for a
+//	                                      WriteKeypair already running, Stop does not)
+//
+// The waits are the loop's waitKind (until due, gate pending, after an error, after an outage),
+// each with what may end it early; requesting, pending and renewing are one issueAttempt.
 //
 // When a volume is due is decided in one place, due.go: the NextIssuanceTime the driver stored
 // when it stored one (earlier or later than the library's default), else the default handed to
