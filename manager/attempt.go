@@ -66,22 +66,22 @@ func (a *issueAttempt) callDriver(f func()) error {
 
 // issue makes the attempt:
 //  1. delete the volume's requests beyond MaxRequestsPerVolume, oldest first;
-//  2. read the metadata, unless the caller did; if this process created (or may have created)
-//     a request of the volume that the informer's cache has not shown yet (see
-//     pendingkeys.Keys.HoldUnseen), settle it (see certrequests.View.Settle) and wait for it: never a second
-//     request for one issuance, whether the create's outcome is unknown or the cache lags;
-//  3. resume the newest request if it is certrequests.Resumable (see certrequests.Resumable): with its private key
-//     held (pendingkeys.Keys), wait for it; without, delete it and go on; a request that is not
-//     certrequests.Resumable is left alone;
-//  4. ask the readiness gate, unless the caller did (a refusal is a *NotReadyToRequestError),
-//     then wait for admission (see admit), which is held until the attempt is over; a resume
-//     (steps 2 and 3) never waits for admission;
+//  2. read the metadata, unless the caller did; if this process created (or may have created) a
+//     request of the volume that the informer's cache has not shown yet (see
+//     pendingkeys.Keys.HoldUnseen), settle it (see certrequests.View.Settle) and wait for it: never
+//     a second request for one issuance, whether the create's outcome is unknown or the cache lags;
+//  3. resume the newest request if it can be resumed (certrequests.Resumable): with
+//     its private key held (pendingkeys.Keys), wait for it; without, delete it and go on; a request
+//     that cannot be resumed is left alone;
+//  4. ask the readiness gate, unless the caller did (a refusal is a *NotReadyToRequestError), then
+//     wait for admission (see admit), which is held until the attempt is over; a resume (steps 2
+//     and 3) never waits for admission;
 //  5. generate the key, the request bundle and the CSR; create the CertificateRequest;
 //  6. wait for it; on success call WriteKeypair and forget the key.
 //
-// Steps 1 and 3 read the volume's requests from the informer's cache. A delete that finds a
-// request already gone shows the cache is stale; the requests are then read from the apiserver,
-// and the step goes on with those.
+// Steps 1 and 3 read the volume's requests from the informer's cache. A delete that finds a request
+// already gone shows the cache is stale; the requests are then read from the apiserver, and the
+// step goes on with those.
 func (a *issueAttempt) issue(ctx context.Context) error {
 	iss, v := a.iss, a.v
 	log := v.logger(iss.log)
@@ -277,11 +277,11 @@ func (a *issueAttempt) seenIfCached(reqKey string) {
 	}
 }
 
-// settle settles the volume's request that the cache has not shown (requests.settle; created:
-// the apiserver answered its create): it returns the request to wait for; nil, nil if it was
-// created and has been deleted since (its key is forgotten, and the attempt goes on to a new
-// request); an error if its outcome is still unknown (it stays held for the next attempt) or it
-// can never be settled (its key is forgotten).
+// settle settles the volume's request that the cache has not shown (certrequests.View.Settle;
+// created: the apiserver answered its create): it returns the request to wait for; nil, nil if
+// it was created and has been deleted since (its key is forgotten, and the attempt goes on to a
+// new request); an error if its outcome is still unknown (it stays held for the next attempt) or
+// it can never be settled (its key is forgotten).
 func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadata.Metadata, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
 	iss := a.iss
 	var client cmclient.Interface
@@ -311,9 +311,9 @@ func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadat
 	}
 }
 
-// waitAndWrite waits for a submitted request (read: as last read, see requests.wait) to finish,
-// then hands the key pair to WriteKeypair (unless the volume was unmanaged meanwhile), forgets
-// the key and shows the new certificate on the board.
+// waitAndWrite waits for a submitted request (read: as last read, see certrequests.View.Wait) to
+// finish, then hands the key pair to WriteKeypair (unless the volume was unmanaged meanwhile),
+// forgets the key and shows the new certificate on the board.
 func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, read *cmapi.CertificateRequest, key any) error {
 	iss, v := a.iss, a.v
 	namespace, name := read.Namespace, read.Name

@@ -35,9 +35,9 @@ import (
 	"github.com/cert-manager/csi-lib/internal/apicall"
 )
 
-// create creates req with client, whose account who names (apicall.DriverAccount, apicall.PodAccount) for a
-// refusal's text, recording its place in this process's creation order first (kept when the
-// create's outcome is unknown).
+// Create creates req with client, whose account who names (apicall.DriverAccount,
+// apicall.PodAccount) for a refusal's text, recording its place in this process's creation order
+// first (kept when the create's outcome is unknown).
 func (r *View) Create(ctx context.Context, client cmclient.Interface, who string, req *cmapi.CertificateRequest) (*cmapi.CertificateRequest, error) {
 	reqKey := Key(req.Namespace, req.Name)
 	r.noteCreated(reqKey)
@@ -54,8 +54,8 @@ func (r *View) Create(ctx context.Context, client cmclient.Interface, who string
 
 // readByName reads one request from the apiserver with the driver's own client, as a list that
 // selects its name (the consumers' charts grant list, not get); a request the apiserver does not
-// have is a NotFound error, a refusal matches apicall.ErrPermissionDenied. The name is checked here too:
-// a fake clientset ignores field selectors.
+// have is a NotFound error, a refusal matches apicall.ErrPermissionDenied. The name is checked here
+// too: a fake clientset ignores field selectors.
 func (r *View) readByName(ctx context.Context, namespace, name string) (*cmapi.CertificateRequest, error) {
 	list, err := r.client.CertmanagerV1().CertificateRequests(namespace).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
@@ -102,17 +102,16 @@ var ErrRequestGone = errors.New("the CertificateRequest was created and has been
 // ErrStillUnknown: settle could not find out whether the request exists.
 var ErrStillUnknown = errors.New("the outcome of creating the CertificateRequest is still unknown")
 
-// settle finds the request this process created (created is true) or may have created (the
-// create's outcome is unknown), which the cache did not show: from the cache if it shows it now;
-// else by reading it from the apiserver (readByName, with the driver's own client: a read can be
-// repeated without risk); and if the apiserver does not have it, ErrRequestGone for a request
-// created for certain, else by creating it again under the same name with client (whose account
-// who names), where AlreadyExists means the first create arrived meanwhile. A request read from
-// the apiserver must be the one sent (same labels and CSR). It returns the request as the
-// apiserver holds it; ErrRequestGone if it was created and deleted since; an error matching
-// ErrStillUnknown if no answer settled it (a broken or refused connection, a 5xx, a 429, a
-// refused read, which also matches apicall.ErrPermissionDenied); any other error says why the request can
-// never be settled.
+// Settle finds the request this process created (created is true) or may have created (the create's
+// outcome is unknown), which the cache did not show: from the cache if it shows it now; else by
+// reading it from the apiserver (readByName, with the driver's own client: a read can be repeated
+// without risk); and if the apiserver does not have it, ErrRequestGone for a request created for
+// certain, else by creating it again under the same name with client (whose account who names),
+// where AlreadyExists means the first create arrived meanwhile. A request read from the apiserver
+// must be the one sent (same labels and CSR). It returns the request as the apiserver holds it;
+// ErrRequestGone if it was created and deleted since; an error matching ErrStillUnknown if no
+// answer settled it (a broken or refused connection, a 5xx, a 429, a refused read, which also
+// matches apicall.ErrPermissionDenied); any other error says why the request can never be settled.
 func (r *View) Settle(ctx context.Context, client cmclient.Interface, who string, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
 	if cached, err := r.lister.CertificateRequests(sent.Namespace).Get(sent.Name); err == nil {
 		return cached, nil
@@ -163,7 +162,7 @@ func settledBy(err error) bool {
 // ErrStaleCache: the informer's cache showed a request the apiserver no longer has.
 var ErrStaleCache = errors.New("the informer's cache is stale")
 
-// delete deletes a request and forgets its creation order. A request already gone means the
+// Delete deletes a request and forgets its creation order. A request already gone means the
 // cache that showed it is stale: the error matches ErrStaleCache.
 func (r *View) Delete(ctx context.Context, req *cmapi.CertificateRequest) error {
 	err := r.client.CertmanagerV1().CertificateRequests(req.Namespace).Delete(ctx, req.Name, metav1.DeleteOptions{})

@@ -33,7 +33,7 @@ import (
 	"github.com/cert-manager/csi-lib/internal/certs"
 )
 
-// forVolume returns the volume's requests from the informer cache, oldest first by
+// ForVolume returns the volume's requests from the informer cache, oldest first by
 // CreationTimestamp, then by the order this process created them, then by name. It uses the
 // volume-hash index (no scan over the node's requests).
 func (r *View) ForVolume(volumeID string) ([]*cmapi.CertificateRequest, error) {
@@ -72,7 +72,7 @@ func (r *View) sortByCreation(reqs []*cmapi.CertificateRequest) {
 	})
 }
 
-// exists reports whether the informer's cache holds the request.
+// Exists reports whether the informer's cache holds the request.
 func (r *View) Exists(reqKey string) bool {
 	ns, name, err := cache.SplitMetaNamespaceKey(reqKey)
 	if err != nil || name == "" {
@@ -82,7 +82,7 @@ func (r *View) Exists(reqKey string) bool {
 	return err == nil
 }
 
-// newestNotAfter is the expiry of the newest certificate issued for the volume, from the
+// NewestNotAfter is the expiry of the newest certificate issued for the volume, from the
 // informer's cache; zero if there is none.
 func (r *View) NewestNotAfter(volumeID string) time.Time {
 	reqs, err := r.ForVolume(volumeID)
@@ -97,7 +97,7 @@ func (r *View) NewestNotAfter(volumeID string) time.Time {
 	return time.Time{}
 }
 
-// forVolumeFromAPIServer returns the volume's requests as the apiserver holds them (a list of
+// ForVolumeFromAPIServer returns the volume's requests as the apiserver holds them (a list of
 // this node's requests of this one volume, by their labels), ordered as forVolume orders them:
 // for when the informer's cache is known to be stale.
 func (r *View) ForVolumeFromAPIServer(ctx context.Context, volumeID string) ([]*cmapi.CertificateRequest, error) {

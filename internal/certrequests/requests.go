@@ -154,9 +154,9 @@ func New(client cmclient.Interface, clk clock.Clock, nodeHash string, seen, dele
 	return r, nil
 }
 
-// start runs the informer until ctx ends and waits for its cache to sync. An error matching
-// apicall.ErrPermissionDenied says the apiserver refuses the informer's list or watch: the informer goes
-// on trying (on client-go's reflector backoff, up to 30 s between tries) and syncs once the
+// Start runs the informer until ctx ends and waits for its cache to sync. An error matching
+// apicall.ErrPermissionDenied says the apiserver refuses the informer's list or watch: the informer
+// goes on trying (on client-go's reflector backoff, up to 30 s between tries) and syncs once the
 // permission is granted.
 func (r *View) Start(ctx context.Context) error {
 	r.informerDone = make(chan struct{})
@@ -170,16 +170,16 @@ func (r *View) Start(ctx context.Context) error {
 	return nil
 }
 
-// shutdown waits for the informer once the context given to start has ended.
+// Shutdown waits for the informer once the context given to start has ended.
 func (r *View) Shutdown() {
 	if r.informerDone != nil {
 		<-r.informerDone
 	}
 }
 
-// waitForSync waits until the informer has synced or ctx ends, and ends at once with the
-// apiserver's refusal (matching apicall.ErrPermissionDenied) while it refuses the informer's list or
-// watch and the cache has not synced. It reacts to the informer's own signal; no timer is
+// WaitForSync waits until the informer has synced or ctx ends, and ends at once with the
+// apiserver's refusal (matching apicall.ErrPermissionDenied) while it refuses the informer's list
+// or watch and the cache has not synced. It reacts to the informer's own signal; no timer is
 // involved.
 func (r *View) WaitForSync(ctx context.Context) error {
 	for {
@@ -266,8 +266,8 @@ func (r *View) forgetOrder(reqKey string) {
 }
 
 // noteCallFailed learns from a failed call to the apiserver: one that got no answer at all (a
-// refused or broken connection, see unreachable) means the informer's watch is down too, though
-// client-go retries a refused watch without reporting it.
+// refused or broken connection, see apicall.Unreachable) means the informer's watch is down too,
+// though client-go retries a refused watch without reporting it.
 func (r *View) noteCallFailed(err error) {
 	if apicall.Unreachable(err) {
 		r.suspectWatch()

@@ -43,7 +43,7 @@ func (e *waitError) Error() string { return "waiting for request: " + e.reason }
 
 func (e *waitError) Unwrap() error { return e.cause }
 
-// wait waits until the request is issued (returned), denied or failed (finished is true, with
+// Wait waits until the request is issued (returned), denied or failed (finished is true, with
 // the error drivers' tests match). read is the request as last read (from the cache, or from the
 // apiserver: a create's answer, a settling's read), which counts until the cache shows something
 // newer, so that a request already issued when a lagging cache does not show it yet ends the wait
@@ -230,7 +230,7 @@ func (r *View) WatchSuspect() bool {
 	return r.watchSuspect
 }
 
-// waiting reports how many requests are being waited for.
+// Waiting reports how many requests are being waited for.
 func (r *View) Waiting() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

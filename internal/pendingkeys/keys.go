@@ -66,7 +66,7 @@ type Keys struct {
 	inMemory map[string]Held
 	// unseen holds, by volume ID, the request key of the volume's request that this process
 	// created, or may have created, and that the informer's cache has not shown yet (see
-	// holdUnseen); its key is in inMemory.
+	// HoldUnseen); its key is in inMemory.
 	unseen map[string]string
 	// sweptFor holds, by volume ID, the request each kept key belongs to.
 	sweptFor map[string]string
@@ -221,10 +221,10 @@ func (k *Keys) RequestDeleted(reqKey string) {
 	}
 }
 
-// Recover returns the persisted key of the volume's newest certrequests.Resumable request, newest, and
-// holds it in memory, if the store has one for that request that matches the request's CSR. A
-// key the start-up sweep kept for the volume is adopted first. A persisted key for another
-// request, or one that does not match, is removed and logged.
+// Recover returns the persisted key of the volume's newest certrequests.Resumable request, newest,
+// and holds it in memory, if the store has one for that request that matches the request's CSR. A
+// key the start-up sweep kept for the volume is adopted first. A persisted key for another request,
+// or one that does not match, is removed and logged.
 func (k *Keys) Recover(log logr.Logger, volumeID string, newest *cmapi.CertificateRequest) (any, bool) {
 	if k.store == nil {
 		return nil, false
