@@ -101,7 +101,8 @@ func (b *board) shown(v *managedVolume, s *shownVolume) {
 	if ref == nil {
 		return
 	}
-	b.conditions.SetVolume(ref, v.id, b.validityLocked(s), v.flags&flagResumed != 0)
+	validity := b.validityLocked(s)
+	b.conditions.SetVolume(ref, v.id, validity, v.flags&flagResumed != 0)
 }
 
 // validityLocked is what the volume contributes to its pod's condition at this instant: a

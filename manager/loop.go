@@ -113,10 +113,12 @@ func (l *loop) turn(known *metadata.Metadata) (time.Duration, waitKind, afterTur
 		return l.renewal.Step(), waitAfterError, waitThenTurn
 	}
 	last := v.lastWritten()
-	if renewAt, ok := heldTo(meta, last); ok {
+	renewAt, held := heldTo(meta, last)
+	wait := untilDue(meta, last, iss.clock.Now())
+	if held {
 		iss.board.watchCertificate(v, renewAt)
 	}
-	if wait := untilDue(meta, last, iss.clock.Now()); wait > 0 {
+	if wait > 0 {
 		return wait, waitUntilDue, waitThenTurn
 	}
 
