@@ -203,22 +203,22 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 	if v := m.table.get(meta.VolumeID); v != nil && isReady(meta, m.opts.Clock.Now()) {
 		return nil
 	}
-	if ready, reason := m.opts.ReadyToRequest(meta); !ready {
+	ready, reason := m.opts.ReadyToRequest(meta)
+	if !ready {
 		if !continueOnNotReady {
 			return &NotReadyToRequestError{Reason: reason}
 		}
 		m.log.Info("Volume not ready to request a certificate; the background loop will issue it", "volume_id", meta.VolumeID,
 			"pod", meta.VolumeContext[metadata.PodNameVolumeContextKey], "namespace", meta.VolumeContext[metadata.PodNamespaceVolumeContextKey], "reason", reason)
-		if v := m.register(meta.VolumeID, &meta, false); v != nil {
-			m.startLoop(v, &meta)
-		}
-		return nil
 	}
 	v := m.register(meta.VolumeID, &meta, false)
-	if v == nil {
-		if m.table.isStopped() {
-			return errStopped
-		}
+	switch {
+	case v == nil && ready && m.table.isStopped():
+		return errStopped
+	case v == nil:
+		return nil
+	case !ready:
+		m.startLoop(v, &meta)
 		return nil
 	}
 	return m.issueFirst(ctx, v, meta, true)
@@ -350,7 +350,7 @@ func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *ma
 // startLoop starts the volume's renewal loop once. If known is non-nil it is the volume's
 // metadata, just read, which saves the loop its first read.
 func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
-	if !m.table.markLoopStarted(v) {
+	if !v.startsLoop() {
 		return
 	}
 	tr := m.life.Track()

@@ -107,6 +107,7 @@ func (t *volumeTable) remove(v *managedVolume) bool {
 	delete(t.byID, v.id)
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.flags |= flagClosed
 	t.dropPodLocked(v)
 	t.counts[e.shown.status.state()]--
 	t.observer.countsChanged(t.counts)
@@ -269,31 +270,15 @@ func (t *volumeTable) podVolumes(uid types.UID) []string {
 	return append([]string(nil), t.byPod[uid]...)
 }
 
-// markLoopStarted records that v's loop starts; false if it has started already, v is no
-// longer registered or the table is stopped.
-func (t *volumeTable) markLoopStarted(v *managedVolume) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.stopped || t.entryLocked(v) == nil {
-		return false
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.flags&flagLoopStarted != 0 {
-		return false
-	}
-	v.flags |= flagLoopStarted
-	return true
-}
-
 func (t *volumeTable) isStopped() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.stopped
 }
 
-// stop refuses further registrations, stops every volume's certificate timers, and returns the
-// registered volumes, which stay registered and keep their counts; the observer is not told.
+// stop refuses further registrations, closes every registered volume to a loop (flagClosed),
+// stops its certificate timers and returns the registered volumes, which stay registered and keep
+// their counts; the observer is not told.
 func (t *volumeTable) stop() []*managedVolume {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -301,6 +286,9 @@ func (t *volumeTable) stop() []*managedVolume {
 	vols := make([]*managedVolume, 0, len(t.byID))
 	for _, e := range t.byID {
 		vols = append(vols, e.v)
+		e.v.mu.Lock()
+		e.v.flags |= flagClosed
+		e.v.mu.Unlock()
 		stopWatch(e.shown.watch)
 	}
 	return vols

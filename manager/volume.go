@@ -69,6 +69,9 @@ const (
 	flagTerminating
 	// fenced: UnmanageVolume has run; nothing writes for this registration any more.
 	flagFenced
+	// closed: the table no longer holds the volume, or the manager stopped; no loop starts for
+	// it. The table sets it, under its lock and the volume's.
+	flagClosed
 )
 
 // volumePod is the volume's pod as its metadata names it: its UID (for RequeuePod and
@@ -100,6 +103,18 @@ func newVolume(id string, now time.Time, resumed bool) *managedVolume {
 		v.flags = flagResumed
 	}
 	return v
+}
+
+// startsLoop records that the volume's loop starts; false if it has started already or the
+// volume is closed (flagClosed).
+func (v *managedVolume) startsLoop() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.flags&(flagLoopStarted|flagClosed) != 0 {
+		return false
+	}
+	v.flags |= flagLoopStarted
+	return true
 }
 
 // is reports whether every flag of f is set.
