@@ -109,6 +109,19 @@ func waitCondition(t *testing.T, e *env, kube *kubefake.Clientset, pod string, s
 	return c
 }
 
+// waitIssuedAndWaiting waits (bounded) until the volume's loop, after a certificate valid from
+// start for 1 h, is blocked on its wait until the certificate is due (40 min), with the
+// certificate's timers armed: overdue (45 min), the expiry margin's (59:58) and expiry (1 h). The
+// fake clock then holds five timers, the pod-condition queue's ticker being the fifth. Before
+// that the clock must not move: a loop that read it before the move would arm its timer, or the
+// certificate's, after it, and wait from the moved clock.
+func waitIssuedAndWaiting(e *env, m *Manager, id string) {
+	e.t.Helper()
+	e.poll("the loop's wait until due and the certificate's timers", func() bool {
+		return m.board.armedTimers(m.table.get(id)) == 3 && e.clock.Waiters() == 5
+	})
+}
+
 // TestPodConditionLifecycle: a pod's first certificate makes its condition True in one write
 // (nothing is written while it is only waiting for it); a failing renewal of a valid certificate
 // writes nothing; expiry makes it False naming the volume; the next issuance makes it True.
@@ -135,12 +148,22 @@ func TestPodConditionLifecycle(t *testing.T) {
 	if gets, patches := podCalls(kube); gets != 0 || patches != 1 {
 		t.Fatalf("%d gets and %d patches for one issuance, want 0 and 1", gets, patches)
 	}
+	waitIssuedAndWaiting(e, m, "v1")
 
 	// Renewal fails from its due time (40 min) on: the certificate is still valid, so the
-	// condition stays True and nothing is written.
+	// condition stays True and nothing is written. Each time the clock passes the loop's wait,
+	// the test waits for the attempt that starts to fail and for the loop to block on its next
+	// backoff step (four timers: the loop's, the expiry margin's, the expiry's and the queue's;
+	// the overdue one has fired) before the clock moves again: a move while the attempt is in
+	// flight would pass its 60 s deadline, and one before the loop arms its next step would not
+	// count towards it.
+	loopBackingOff := func(what string, failures float64) {
+		t.Helper()
+		e.poll(what, func() bool { return e.counter(issueErrors, "v1") == failures && e.clock.Waiters() == 4 })
+	}
 	e.failKeygen.Store(true)
 	e.clock.SetTime(start.Add(50 * time.Minute))
-	e.poll("a failed renewal", func() bool { return e.counter(issueErrors, "v1") >= 1 })
+	loopBackingOff("a failed renewal, and the loop's 30 s backoff", 1)
 	if _, patches := podCalls(kube); patches != 1 {
 		t.Fatalf("a failing renewal of a valid certificate wrote the condition (%d patches)", patches)
 	}
@@ -152,6 +175,7 @@ func TestPodConditionLifecycle(t *testing.T) {
 		return v
 	}
 	e.clock.SetTime(invalidAt.Add(-time.Millisecond))
+	loopBackingOff("a second failed renewal, past the 30 s step, and the loop's 1 min backoff", 2)
 	if v := validity(); v != "" {
 		t.Fatalf("validity %q a millisecond before the margin", v)
 	}
@@ -163,9 +187,10 @@ func TestPodConditionLifecycle(t *testing.T) {
 	if !strings.Contains(c.Message, "v1") {
 		t.Errorf("message %q does not name the volume", c.Message)
 	}
-	// The next issuance: True again.
+	// The next issuance: True again. The loop is blocked on its 1 min backoff step (nothing
+	// ends it early), which the step passes.
 	e.failKeygen.Store(false)
-	e.clock.Step(10 * time.Minute) // past any renewal backoff step
+	e.clock.Step(10 * time.Minute)
 	e.issuePending()
 	waitCondition(t, e, kube, "pod-v1", corev1.ConditionTrue, PodConditionReasonValid)
 	if _, patches := podCalls(kube); patches != 3 {
@@ -258,8 +283,10 @@ func TestPodConditionRetriesOnConflict(t *testing.T) {
 	if c := podCondition(t, kube, "pod-v1"); c != nil {
 		t.Fatalf("condition present after a refused patch: %+v", c)
 	}
-	// The retry waits the queue's first backoff step, 100 ms, on the injected clock: step it
-	// (in case the step comes before the retry's timer exists, again) until the retry lands.
+	// The retry waits the queue's first backoff step, 100 ms, on the injected clock: its timer
+	// is made there. Step the clock (again, in case a step comes before the timer is
+	// registered) until the retry lands.
+	e.awaitTimer(100 * time.Millisecond)
 	e.poll("the retry", func() bool {
 		e.clock.Step(100 * time.Millisecond)
 		c := podCondition(t, kube, "pod-v1")
@@ -391,6 +418,7 @@ func TestPodConditionDropsAGonePod(t *testing.T) {
 	// A gone pod's volume makes no further attempt (nothing is created for it): its renewal
 	// point passes without one. Its state is shown again when its certificate expires, and
 	// nothing is written.
+	waitIssuedAndWaiting(e, m, "v1")
 	calls := e.counter(issueCalls, "v1")
 	e.clock.SetTime(start.Add(time.Hour))
 	e.poll("the certificate shown expired", func() bool {

@@ -104,6 +104,10 @@ type Writer struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
+	// syncing is the pod whose sync has read its state and has not returned yet (""): what it
+	// read may be out of date by the time it learns what the pod carries, so SetVolume queues
+	// that pod again on any change.
+	syncing types.UID
 }
 
 type podState struct {
@@ -165,10 +169,18 @@ func (p *Writer) Stop() {
 	<-p.done
 }
 
-// SetVolume records what a volume of the pod contributes, and queues the pod if it changed.
-// A pod known only from volumes published in this process carries no condition of ours: kubelet
-// publishes a pod's volumes before its containers start, and a driver that restarts resumes the
-// volumes it had (resumed), whose pod is read before it is written.
+// SetVolume records what a volume of the pod contributes, and queues the pod if it changed and
+// its condition may need a call (see pending); a pod whose sync is in flight is queued on any
+// change. A pod known only from volumes published in this process carries no condition of ours:
+// kubelet publishes a pod's volumes before its containers start, and a driver that restarts
+// resumes the volumes it had (resumed), whose pod is read before it is written.
+//
+// Not queueing a change that calls for nothing (a pod waiting for its first certificate, or one
+// whose validity is not known yet) is more than a saving. Were such a change queued, its sync
+// could be taken off the queue just before the pod's next change arrived and read that change,
+// which queues the pod again behind it (the workqueue marks a pod being processed as dirty);
+// were that sync's patch refused, the workqueue would then hand the pod straight back, and the
+// refused patch would be repeated at once rather than after the queue's backoff.
 func (p *Writer) SetVolume(pod *corev1.ObjectReference, volumeID string, validity Validity, resumed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -184,7 +196,10 @@ func (p *Writer) SetVolume(pod *corev1.ObjectReference, volumeID string, validit
 		return
 	}
 	s.volumes[volumeID] = validity
-	if !s.gone {
+	if s.gone {
+		return
+	}
+	if _, act := pending(p.typ, s); act || p.syncing == pod.UID {
 		p.queue.Add(pod.UID)
 	}
 }
@@ -235,8 +250,29 @@ func desired(typ corev1.PodConditionType, volumes map[string]Validity) (c corev1
 		Message: fmt.Sprintf("Volume %s %s", worstID, messages[worst])}, true
 }
 
+// pending returns the condition the pod's volumes call for, and whether sync has a call to
+// make for it: none while a volume's validity is unknown, while the pod only waits for a first
+// certificate and carries none of ours, or when it is known to carry that condition already.
+// p.mu is held.
+func pending(typ corev1.PodConditionType, s *podState) (want corev1.PodCondition, act bool) {
+	want, ok := desired(typ, s.volumes)
+	if !ok {
+		return want, false
+	}
+	// A pod waiting for a first certificate is not written unless it carries something else,
+	// and then its condition is known: only a certificate written in this process, or one
+	// resumed from stored state (never "not issued"), can have made it True.
+	waiting := want.Status == corev1.ConditionFalse &&
+		(want.Reason == ReasonNotIssued || want.Reason == ReasonGatePending)
+	if waiting && (!s.known || s.carried == nil) {
+		return want, false
+	}
+	return want, !s.known || !sameCondition(s.carried, &want)
+}
+
 // sync brings one pod's condition to what its volumes call for: nothing if the pod carries it
-// already, or carries none and is only waiting for a first certificate; otherwise one patch.
+// already, or carries none and is only waiting for a first certificate; otherwise one read of
+// the pod if what it carries is not known, and one patch if that differs.
 func (p *Writer) sync(uid types.UID) error {
 	p.mu.Lock()
 	s := p.pods[uid]
@@ -244,21 +280,20 @@ func (p *Writer) sync(uid types.UID) error {
 		p.mu.Unlock()
 		return nil
 	}
-	want, ok := desired(p.typ, s.volumes)
+	want, act := pending(p.typ, s)
+	if !act {
+		p.mu.Unlock()
+		return nil
+	}
 	namespace, name, carried, known := s.namespace, s.name, s.carried, s.known
+	p.syncing = uid
 	p.mu.Unlock()
-	if !ok {
-		return nil
-	}
+	defer func() {
+		p.mu.Lock()
+		p.syncing = ""
+		p.mu.Unlock()
+	}()
 	log := p.log.WithValues("pod", name, "namespace", namespace)
-	// A pod waiting for a first certificate is not written unless it carries something else,
-	// and then its condition is known: only a certificate written in this process, or one
-	// resumed from stored state (never "not issued"), can have made it True.
-	waiting := want.Status == corev1.ConditionFalse &&
-		(want.Reason == ReasonNotIssued || want.Reason == ReasonGatePending)
-	if waiting && (!known || carried == nil) {
-		return nil
-	}
 	if !known {
 		pod, err := p.client.Pods(namespace).Get(p.ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || err == nil && pod.UID != uid {

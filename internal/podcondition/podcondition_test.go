@@ -145,6 +145,48 @@ func TestGonePodIsDropped(t *testing.T) {
 	}
 }
 
+// TestQueuedOnlyForACall: a change that leaves the pod nothing to call for (it only waits for a
+// first certificate, a validity is not known yet, or it carries the condition already) does not
+// queue the pod; one that calls for a write does, and so does any change to the pod whose sync
+// is in flight, as what that sync read may be out of date.
+func TestQueuedOnlyForACall(t *testing.T) {
+	w := New(Config{Type: condType, Client: kubefake.NewClientset().CoreV1(), Clock: clocktesting.NewFakeClock(start),
+		Log: funcr.New(func(_, _ string) {}, funcr.Options{}), PodEnding: func(types.UID) {}})
+	// Run is not started: the queue keeps what is added.
+	t.Cleanup(w.queue.ShutDown)
+	queued := func(what string, want int) {
+		t.Helper()
+		if n := w.queue.Len(); n != want {
+			t.Fatalf("%s: %d in the queue, want %d", what, n, want)
+		}
+		for ; want > 0; want-- {
+			uid, _ := w.queue.Get()
+			w.queue.Done(uid)
+		}
+	}
+	w.SetVolume(pod, "v1", ReasonNotIssued, false)
+	queued("waiting for a first certificate", 0)
+	w.SetVolume(pod, "v1", ReasonGatePending, false)
+	queued("waiting for the gate", 0)
+	w.SetVolume(pod, "v2", ValidityUnknown, false)
+	queued("a validity not known", 0)
+	w.SetVolume(pod, "v2", "", false)
+	queued("one of two volumes with a certificate", 0)
+	w.SetVolume(pod, "v1", "", false)
+	queued("both with a certificate", 1)
+	w.learn(pod.UID, &corev1.PodCondition{Type: condType, Status: corev1.ConditionTrue, Reason: ReasonValid,
+		Message: "Every certificate volume holds a valid certificate"})
+	w.SetVolume(pod, "v1", ReasonExpired, false)
+	queued("expired, carrying True", 1)
+	w.SetVolume(pod, "v1", "", false)
+	queued("valid again, carrying True", 0)
+	w.mu.Lock()
+	w.syncing = pod.UID // as sync sets it once it has read the pod's state
+	w.mu.Unlock()
+	w.SetVolume(pod, "v3", "", false)
+	queued("a third valid volume while the pod's sync is in flight", 1)
+}
+
 // TestRefusedNamesTheCall: a refused read and a refused patch are logged as refusals naming the
 // call's verb, resource and namespace, and the pod is retried after the queue's backoff.
 func TestRefusedNamesTheCall(t *testing.T) {
