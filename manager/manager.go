@@ -35,6 +35,7 @@ import (
 	"github.com/cert-manager/csi-lib/internal/pendingkeys"
 	"github.com/cert-manager/csi-lib/internal/podcondition"
 	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/storage"
 )
 
 // Manager obtains and renews certificates for the volumes it manages. Create it with NewManager;
@@ -79,7 +80,7 @@ func NewManager(opts Options) (*Manager, error) {
 			driver:               driverFuncsOf(opts, ownCreates),
 			maxRequestsPerVolume: opts.MaxRequestsPerVolume,
 			jitter:               opts.RenewalJitter,
-			keys:                 pendingkeys.New(log, opts.MetadataReader),
+			keys:                 pendingkeys.New(log, opts.MetadataReader, storage.ErrNotFound),
 			builder:              requestBuilder{nodeName: opts.NodeID, nodeHash: nodeHash, annotateOrigin: !opts.DisableOriginAnnotations},
 		},
 		opts:     opts,

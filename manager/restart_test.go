@@ -111,7 +111,7 @@ func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
 	a.Stop()
 	// Replace the persisted key with another key for the same request.
 	other, _ := testkit.NewKey()
-	pendingkeys.New(a.log, e.store).Remember(a.log, "v1", certrequests.Key(pending.Namespace, pending.Name), other)
+	pendingkeys.New(a.log, e.store, storage.ErrNotFound).Remember(a.log, "v1", certrequests.Key(pending.Namespace, pending.Name), other)
 
 	b, err := NewManager(e.opts)
 	if err != nil {

@@ -33,7 +33,6 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/clockutil"
-	"github.com/cert-manager/csi-lib/storage"
 )
 
 // Keys holds the private keys of submitted CertificateRequests whose key pair is not yet
@@ -57,8 +56,10 @@ import (
 // SweptKeyGrace after start-up.
 type Keys struct {
 	log   logr.Logger
-	store storage.PendingKeyStore // nil: keys live in memory only
-	swept storage.SweptKeyStore   // nil: the store keeps no swept keys
+	store keyFiles   // nil: keys live in memory only
+	swept sweptFiles // nil: the store keeps no swept keys
+	// notFound is the store's error for a volume without a key file.
+	notFound error
 
 	// mu guards the maps and serialises every read and write of the key files: the informer's
 	// delete events remove keys while attempts write them.
@@ -85,11 +86,31 @@ type Held struct {
 	Created bool
 }
 
-// New holds keys for the volumes of store, on disk too if store is a storage.PendingKeyStore.
-func New(log logr.Logger, store storage.MetadataReader) *Keys {
+// keyFiles is a store that keeps a pending key beside a volume's metadata (the methods of
+// storage.PendingKeyStore).
+type keyFiles interface {
+	WritePendingKey(volumeID string, data []byte) error
+	ReadPendingKey(volumeID string) ([]byte, error)
+	RemovePendingKey(volumeID string) error
+}
+
+// sweptFiles is a store that keeps the keys its start-up sweep kept (the methods of
+// storage.SweptKeyStore).
+type sweptFiles interface {
+	SweptPendingKeys() ([]string, error)
+	ReadSweptPendingKey(volumeID string) ([]byte, error)
+	RemoveSweptPendingKey(volumeID string) error
+}
+
+// New holds keys for the volumes of store: on disk too if store implements
+// storage.PendingKeyStore, and the keys its start-up sweep kept if it implements
+// storage.SweptKeyStore. notFound is the store's error for a volume without a key file
+// (storage.ErrNotFound).
+func New(log logr.Logger, store any, notFound error) *Keys {
 	k := &Keys{log: log, inMemory: make(map[string]Held), unseen: make(map[string]string), sweptFor: make(map[string]string)}
-	k.store, _ = store.(storage.PendingKeyStore)
-	k.swept, _ = store.(storage.SweptKeyStore)
+	k.store, _ = store.(keyFiles)
+	k.swept, _ = store.(sweptFiles)
+	k.notFound = notFound
 	if k.store == nil {
 		k.swept = nil // a kept key can only be adopted into a PendingKeyStore
 	}
@@ -283,7 +304,7 @@ func (k *Keys) removeLocked(log logr.Logger, volumeID, reqKey, why string) {
 // false when there is none; k.mu is held.
 func (k *Keys) readLocked(volumeID string) (reqKey string, key crypto.Signer, found bool, err error) {
 	data, err := k.store.ReadPendingKey(volumeID)
-	if errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, k.notFound) {
 		return "", nil, false, nil
 	}
 	if err != nil {
