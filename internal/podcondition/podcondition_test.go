@@ -142,20 +142,24 @@ func TestGonePodIsDropped(t *testing.T) {
 	}
 	w.toldMu.Unlock()
 	// The sync that found the pod gone has ended once the barrier pod's first patch is seen.
-	// The clock has not moved, so had that sync asked for a retry, the retry would still be
-	// waiting for its backoff, and counted.
+	// A pod waits on the clock only for a retry (Run's AddRateLimited), which NumRequeues
+	// counts until the pod's next sync succeeds; the clock has not moved, so a retry asked for
+	// would still be waiting, and counted.
 	w.settle(t, kube, "", 1)
 	if n := w.queue.NumRequeues("uid-v1"); n != 0 {
 		t.Fatalf("the gone pod was requeued %d times", n)
 	}
 
 	// Its volume's validity changes: the pod is not queued, so nothing is written, however far
-	// the clock moves. The step fires no retry of it (none waits, above); had the change queued
-	// it, its sync would end before the barrier pod's second patch (for an expired
-	// certificate), queued after it.
+	// the clock moves. The step fires no retry of it (none waits, above, and the clock holds no
+	// timer but the queue's ticker); had the change queued it, its sync would end before the
+	// barrier pod's second patch (for an expired certificate), queued after it.
 	w.SetVolume(pod, "v1", ReasonExpired, false)
 	if n := w.queue.Len(); n != 0 {
 		t.Fatalf("the gone pod was queued again (%d in the queue)", n)
+	}
+	if n := w.clock.Waiters(); n != 1 {
+		t.Fatalf("%d timers on the clock, want only the queue's ticker", n)
 	}
 	w.clock.Step(time.Hour)
 	w.settle(t, kube, ReasonExpired, 2)
