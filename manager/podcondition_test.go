@@ -19,6 +19,7 @@ package manager
 import (
 	"context"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -70,10 +71,11 @@ func podCondition(t *testing.T, kube *kubefake.Clientset, pod string) *corev1.Po
 	return nil
 }
 
-// podCalls counts the pod reads and status patches the manager made.
-func podCalls(kube *kubefake.Clientset) (gets, patches int) {
+// podCalls counts the pod reads and status patches the manager made, of every pod but those
+// named in except.
+func podCalls(kube *kubefake.Clientset, except ...string) (gets, patches int) {
 	for _, a := range kube.Actions() {
-		if a.GetResource().Resource != "pods" {
+		if a.GetResource().Resource != "pods" || slices.Contains(except, podName(a)) {
 			continue
 		}
 		switch a.GetVerb() {
@@ -86,6 +88,65 @@ func podCalls(kube *kubefake.Clientset) (gets, patches int) {
 		}
 	}
 	return gets, patches
+}
+
+// podCallsOf counts the manager's reads and status patches of the named pod.
+func podCallsOf(kube *kubefake.Clientset, pod string) (gets, patches int) {
+	for _, a := range kube.Actions() {
+		if a.GetResource().Resource != "pods" || podName(a) != pod {
+			continue
+		}
+		switch a.GetVerb() {
+		case "get":
+			gets++
+		case "patch":
+			if a.GetSubresource() == "status" {
+				patches++
+			}
+		}
+	}
+	return gets, patches
+}
+
+// podName is the name of the pod a call is made on ("" for a call on no single pod).
+func podName(a k8stesting.Action) string {
+	if named, ok := a.(interface{ GetName() string }); ok {
+		return named.GetName()
+	}
+	return ""
+}
+
+// barrierVolumes are the volumes settleWriter publishes; condEnv must be given them for their
+// pods (pod-<id>) to exist, and barrierPods are those pods' names.
+var (
+	barrierVolumes = []string{"barrier1", "barrier2"}
+	barrierPods    = []string{"pod-barrier1", "pod-barrier2"}
+)
+
+// settleWriter returns once the pod-condition writer has ended every sync of a pod queued
+// before the call, letting no time pass, so that a test can then assert what the writer did not
+// do without sleeping. It publishes the barrierVolumes one after the other, each of a pod of its
+// own whose first certificate calls for a patch, and waits (bounded) for each patch before it
+// publishes the next; a test calls it once.
+//
+// The writer syncs pods on one goroutine, taking each off its queue in the order it was queued
+// and marking it done before it takes the next. When the first barrier's patch is seen, every
+// sync of a pod that was in the queue, or in flight, when the first barrier was queued has
+// ended. A pod queued again while its sync was in flight goes back on the queue only as that
+// sync ends, possibly behind the first barrier, but before the writer took the first barrier:
+// the second barrier, queued once the first's patch is seen, is behind it, and its patch is
+// seen once that sync has ended too. A retry after a failed call waits for the queue's backoff
+// on the fake clock, which this does not move.
+func settleWriter(t *testing.T, e *env, m *Manager, kube *kubefake.Clientset) {
+	t.Helper()
+	for i, id := range barrierVolumes {
+		e.register(id, false)
+		publishAndIssue(t, e, m, id)
+		waitCondition(t, e, kube, barrierPods[i], corev1.ConditionTrue, PodConditionReasonValid)
+		if gets, patches := podCallsOf(kube, barrierPods[i]); gets != 0 || patches != 1 {
+			t.Fatalf("barrier %s: %d gets and %d patches, want 0 and 1", barrierPods[i], gets, patches)
+		}
+	}
 }
 
 // publishAndIssue makes a publish's attempt for the volume and signs its request.
@@ -303,7 +364,7 @@ func TestPodConditionRetriesOnConflict(t *testing.T) {
 // TestPodConditionSurvivesRestart: a restarted manager reads each pod once and writes nothing
 // when the pod already carries the condition its volumes call for.
 func TestPodConditionSurvivesRestart(t *testing.T) {
-	e, kube := condEnv(t, "v1")
+	e, kube := condEnv(t, append([]string{"v1"}, barrierVolumes...)...)
 	e.register("v1", false)
 	a := e.start()
 	publishAndIssue(t, e, a, "v1")
@@ -319,11 +380,21 @@ func TestPodConditionSurvivesRestart(t *testing.T) {
 	}
 	kube.ClearActions()
 
-	e.start()
-	e.poll("the restarted manager's read of the pod", func() bool { gets, _ := podCalls(kube); return gets == 1 })
-	// Let the writer settle: a renewal is not due for 40 minutes, so nothing else happens.
-	time.Sleep(100 * time.Millisecond)
-	if gets, patches := podCalls(kube); gets != 1 || patches != 0 {
+	b := e.start()
+	e.poll("the restarted manager's read of the pod", func() bool { gets, _ := podCallsOf(kube, "pod-v1"); return gets >= 1 })
+	// The restarted loop waits for the renewal, 40 minutes on, with the certificate's timers
+	// armed (as waitIssuedAndWaiting has it, with one more timer on the clock: the first
+	// manager's queue ticker, which the fake clock keeps, as a fake ticker's Stop does nothing).
+	// Nothing shows the volume again until the clock moves, and the clock does not move: once
+	// the writer has ended every sync of the pods queued so far, nothing else is done for pod-v1.
+	e.poll("the restarted loop's wait until due and the certificate's timers", func() bool {
+		return b.board.armedTimers(b.table.get("v1")) == 3 && e.clock.Waiters() == 6
+	})
+	settleWriter(t, e, b, kube)
+	if gets, patches := podCallsOf(kube, "pod-v1"); gets != 1 || patches != 0 {
+		t.Fatalf("restart: %d gets and %d patches of pod-v1, want 1 and 0", gets, patches)
+	}
+	if gets, patches := podCalls(kube, barrierPods...); gets != 1 || patches != 0 {
 		t.Fatalf("restart: %d gets and %d patches, want 1 and 0", gets, patches)
 	}
 }
@@ -331,7 +402,7 @@ func TestPodConditionSurvivesRestart(t *testing.T) {
 // TestPodConditionNothingWithoutPodOrAfterUnpublish: a volume without pod information is never
 // written, and a pod whose volume is unmanaged before its certificate is forgotten.
 func TestPodConditionNothingWithoutPodOrAfterUnpublish(t *testing.T) {
-	e, kube := condEnv(t, "v1")
+	e, kube := condEnv(t, append([]string{"v1"}, barrierVolumes...)...)
 	meta := e.register("anon", false)
 	delete(meta.VolumeContext, "csi.storage.k8s.io/pod.namespace")
 	if err := e.store.WriteMetadata("anon", meta); err != nil {
@@ -345,8 +416,16 @@ func TestPodConditionNothingWithoutPodOrAfterUnpublish(t *testing.T) {
 		t.Fatal("the closed gate did not refuse")
 	}
 	m.UnmanageVolume("v1")
-	time.Sleep(100 * time.Millisecond)
-	if gets, patches := podCalls(kube); gets+patches != 0 {
+	// Each publish shows its outcome (anon's certificate, v1's refusal) before it returns, and
+	// UnmanageVolume removes v1 before it returns; until the clock moves, which it does not,
+	// anon's loop shows it again with the same certificate if at all. Once the writer has ended
+	// every sync of the pods queued so far, nothing else is done for either.
+	e.gateOpen.Store(true) // for the barriers' volumes
+	settleWriter(t, e, m, kube)
+	if gets, patches := podCallsOf(kube, "pod-v1"); gets+patches != 0 {
+		t.Fatalf("%d gets and %d patches of a pod unpublished while pending", gets, patches)
+	}
+	if gets, patches := podCalls(kube, barrierPods...); gets+patches != 0 {
 		t.Fatalf("%d gets and %d patches for a volume without pod information and a pod unpublished while pending", gets, patches)
 	}
 }

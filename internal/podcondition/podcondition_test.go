@@ -90,22 +90,42 @@ func poll(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// patches counts the status patches made through kube.
-func patches(kube *kubefake.Clientset) int {
+// patches counts the status patches of the named pod made through kube.
+func patches(kube *kubefake.Clientset, name string) int {
 	n := 0
 	for _, a := range kube.Actions() {
-		if a.GetVerb() == "patch" && a.GetResource().Resource == "pods" && a.GetSubresource() == "status" {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "pods" && a.GetSubresource() == "status" &&
+			a.(k8stesting.PatchAction).GetName() == name {
 			n++
 		}
 	}
 	return n
 }
 
+// barrierPod is a pod of its own whose condition a test has the Writer write, to learn that the
+// Writer is done with what was queued before it (see settle).
+var barrierPod = &corev1.ObjectReference{Namespace: "ns", Name: "pod-barrier", UID: "uid-barrier"}
+
+// settle sets barrierPod's only volume to validity, a change that calls for a patch of that
+// pod, and waits (bounded) for the patch, the pod's wantPatches-th. Run syncs pods on one
+// goroutine, taking each off the queue in the order it was queued and marking it done before
+// it takes the next: once the patch is seen, every sync of a pod that was in the queue, or in
+// flight, when the barrier pod was queued has ended. Not covered: a pod queued again while its
+// sync was in flight, which goes back on the queue only as that sync ends, possibly behind the
+// barrier pod; and a retry after a failed call, which waits for the queue's backoff on the
+// fake clock.
+func (w *testWriter) settle(t *testing.T, kube *kubefake.Clientset, validity Validity, wantPatches int) {
+	t.Helper()
+	w.SetVolume(barrierPod, "barrier", validity, false)
+	poll(t, "the barrier pod's patch", func() bool { return patches(kube, barrierPod.Name) == wantPatches })
+}
+
 // TestGonePodIsDropped: a pod deleted before its condition is written is given up on the
 // patch's NotFound: PodEnding is told, it is not retried, not written again when its volume's
 // validity changes, and forgotten with its volume.
 func TestGonePodIsDropped(t *testing.T) {
-	kube := kubefake.NewClientset() // pod-v1 does not exist
+	// pod-v1 does not exist; the barrier pod does.
+	kube := kubefake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: barrierPod.Name, Namespace: barrierPod.Namespace, UID: barrierPod.UID}})
 	w := newTestWriter(t, kube)
 	w.SetVolume(pod, "v1", ReasonNotIssued, false)
 	w.SetVolume(pod, "v1", "", false)
@@ -121,16 +141,29 @@ func TestGonePodIsDropped(t *testing.T) {
 		t.Errorf("PodEnding was told %v, want the gone pod once", w.ended)
 	}
 	w.toldMu.Unlock()
+	// The sync that found the pod gone has ended once the barrier pod's first patch is seen.
+	// A pod waits on the clock only for a retry (Run's AddRateLimited), which NumRequeues
+	// counts until the pod's next sync succeeds; the clock has not moved, so a retry asked for
+	// would still be waiting, and counted.
+	w.settle(t, kube, "", 1)
+	if n := w.queue.NumRequeues("uid-v1"); n != 0 {
+		t.Fatalf("the gone pod was requeued %d times", n)
+	}
 
 	// Its volume's validity changes: the pod is not queued, so nothing is written, however far
-	// the clock moves.
+	// the clock moves. The step fires no retry of it (none waits, above, and the clock holds no
+	// timer but the queue's ticker); had the change queued it, its sync would end before the
+	// barrier pod's second patch (for an expired certificate), queued after it.
 	w.SetVolume(pod, "v1", ReasonExpired, false)
 	if n := w.queue.Len(); n != 0 {
 		t.Fatalf("the gone pod was queued again (%d in the queue)", n)
 	}
+	if n := w.clock.Waiters(); n != 1 {
+		t.Fatalf("%d timers on the clock, want only the queue's ticker", n)
+	}
 	w.clock.Step(time.Hour)
-	time.Sleep(100 * time.Millisecond)
-	if n := patches(kube); n != 1 {
+	w.settle(t, kube, ReasonExpired, 2)
+	if n := patches(kube, pod.Name); n != 1 {
 		t.Fatalf("%d patches for a gone pod, want the one that found it gone", n)
 	}
 	if n := w.queue.NumRequeues("uid-v1"); n != 0 {
@@ -138,9 +171,9 @@ func TestGonePodIsDropped(t *testing.T) {
 	}
 	w.RemoveVolume(pod, "v1")
 	w.mu.Lock()
-	left := len(w.pods)
+	_, left := w.pods[pod.UID]
 	w.mu.Unlock()
-	if left != 0 {
+	if left {
 		t.Fatal("the gone pod outlived its volume")
 	}
 }
