@@ -86,22 +86,6 @@ type Held struct {
 	Created bool
 }
 
-// keyFiles is a store that keeps a pending key beside a volume's metadata (the methods of
-// storage.PendingKeyStore).
-type keyFiles interface {
-	WritePendingKey(volumeID string, data []byte) error
-	ReadPendingKey(volumeID string) ([]byte, error)
-	RemovePendingKey(volumeID string) error
-}
-
-// sweptFiles is a store that keeps the keys its start-up sweep kept (the methods of
-// storage.SweptKeyStore).
-type sweptFiles interface {
-	SweptPendingKeys() ([]string, error)
-	ReadSweptPendingKey(volumeID string) ([]byte, error)
-	RemoveSweptPendingKey(volumeID string) error
-}
-
 // New holds keys for the volumes of store: on disk too if store implements
 // storage.PendingKeyStore, and the keys its start-up sweep kept if it implements
 // storage.SweptKeyStore. notFound is the store's error for a volume without a key file
