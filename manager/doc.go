@@ -18,39 +18,40 @@ limitations under the License.
 // generates a key, creates a cert-manager CertificateRequest, waits for it to be signed, hands the
 // key pair to the driver's WriteKeypair and renews it before it expires.
 //
-// # Who owns what, in the order a publish meets it
+// # Who owns what, from the top down
 //
 // Each piece of state has one owner, with its own lock, and each file uses only files listed
 // after it. The Manager wires the owners together and serves the public API; nothing below it
-// holds a *Manager. The table's lock is taken before a volume's, never after.
+// holds a *Manager. The table's lock is taken before a volume's, never after; the table tells
+// the board of its changes through an interface of its own (tableObserver).
 //
 //	resume.go       a restart: the stored volumes and the kept keys the previous process left
-//	manager.go      the public API (options.go: Options and their defaults, and the pod
-//	                condition's reasons); wires the owners; Stop
+//	manager.go      the public API; wires the owners; Stop
+//	loop.go         one per volume, on its own goroutine: wait until due → attempt → wait by the
+//	                outcome's class; a caller's attempt runs here too, before the loop starts;
+//	                deadline.go bounds a background attempt
+//	attempt.go      one attempt's steps, top to bottom, handing each to the owners below
+//	issuer.go       what an attempt uses, shared by the loops and the publishes
+//	board.go        the one place attempts report to: the metrics, the Events on the pod (their
+//	                reasons in events.go), the overdue and expiry timers, and, as the table's
+//	                observer, the state gauge and what each volume contributes to its pod's
+//	                condition
 //	table.go        the managed volumes, by ID and by pod, with what is shown of each (its
 //	                status, see the diagram below, moved only by named events) and the count of
 //	                volumes in each state; every change to what is shown of a volume passes its
 //	                changeLocked, which tells the board
+//	request.go      a volume's CertificateRequest, built from the driver's bundle with its origin
+//	                annotations
+//	permissions.go  ErrPermissionDenied, and the rules the options need, which the start-up
+//	                access check asks for
 //	watch.go        what is watched of a volume's certificate: its expiry and the timers that
 //	                notice it overdue or expired
 //	volume.go       one registration, under its own lock: its pod, its last write, the attempt
 //	                in flight and the fence that UnmanageVolume closes after a running
 //	                WriteKeypair
 //	series.go       the metric series of departed volumes, deleted after a retention
-//	loop.go         one per volume, on its own goroutine: wait until due → attempt → wait by the
-//	                outcome's class; a caller's attempt runs here too, before the loop starts;
-//	                deadline.go bounds a background attempt
 //	due.go          when a volume is due: the one place that decides it
-//	issuer.go       what an attempt uses, shared by the loops and the publishes
-//	attempt.go      one attempt's steps, top to bottom, handing each to the owners below
-//	request.go      a volume's CertificateRequest, built from the driver's bundle with its origin
-//	                annotations
-//	permissions.go  ErrPermissionDenied, and the rules the options need, which the start-up
-//	                access check asks for
-//	board.go        the one place attempts report to: the metrics, the Events on the pod (their
-//	                reasons in events.go), the overdue and expiry timers, and, as the table's
-//	                observer, the state gauge and what each volume contributes to its pod's
-//	                condition
+//	options.go      Options and their defaults, and the pod condition's reasons
 //	errors.go       the sentinels
 //
 // The owners that know nothing of volumes are packages of their own, under internal/:
