@@ -74,26 +74,18 @@ func podCondition(t *testing.T, kube *kubefake.Clientset, pod string) *corev1.Po
 // podCalls counts the pod reads and status patches the manager made, of every pod but those
 // named in except.
 func podCalls(kube *kubefake.Clientset, except ...string) (gets, patches int) {
-	for _, a := range kube.Actions() {
-		if a.GetResource().Resource != "pods" || slices.Contains(except, podName(a)) {
-			continue
-		}
-		switch a.GetVerb() {
-		case "get":
-			gets++
-		case "patch":
-			if a.GetSubresource() == "status" {
-				patches++
-			}
-		}
-	}
-	return gets, patches
+	return countPodCalls(kube, func(pod string) bool { return !slices.Contains(except, pod) })
 }
 
 // podCallsOf counts the manager's reads and status patches of the named pod.
 func podCallsOf(kube *kubefake.Clientset, pod string) (gets, patches int) {
+	return countPodCalls(kube, func(name string) bool { return name == pod })
+}
+
+// countPodCalls counts the pod reads and status patches of the pods that counted accepts.
+func countPodCalls(kube *kubefake.Clientset, counted func(pod string) bool) (gets, patches int) {
 	for _, a := range kube.Actions() {
-		if a.GetResource().Resource != "pods" || podName(a) != pod {
+		if a.GetResource().Resource != "pods" || !counted(podName(a)) {
 			continue
 		}
 		switch a.GetVerb() {

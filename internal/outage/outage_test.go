@@ -43,6 +43,19 @@ func (p *probes) probe(context.Context) error {
 	return <-p.answers
 }
 
+// noticed is an Outage on a fake clock, told of a failure; its first probe has been called and
+// waits for its answer on p.answers.
+func noticed(t *testing.T) (*testclock.FakeClock, *probes, *Outage, <-chan struct{}) {
+	clk := testclock.NewFakeClock(time.Now())
+	life := lifetime.New()
+	t.Cleanup(life.End)
+	p := newProbes()
+	o := New(clk, p.probe, life)
+	over := o.Noticed()
+	<-p.calls
+	return clk, p, o, over
+}
+
 // waitForTimer yields until the probing goroutine has armed its timer on clk.
 func waitForTimer(clk *testclock.FakeClock) {
 	for !clk.HasWaiters() {
@@ -54,13 +67,7 @@ func waitForTimer(clk *testclock.FakeClock) {
 // answers after one failed, and not before; probes repeat every ProbeInterval on the clock, and a
 // second Noticed during the outage shares the first's probe and channel.
 func TestAnOutageEndsWhenAProbeAnswersAfterOneFailed(t *testing.T) {
-	clk := testclock.NewFakeClock(time.Now())
-	life := lifetime.New()
-	defer life.End()
-	p := newProbes()
-	o := New(clk, p.probe, life)
-	over := o.Noticed()
-	<-p.calls
+	clk, p, o, over := noticed(t)
 	p.answers <- errors.New("connection refused")
 	waitForTimer(clk)
 	if o.Noticed() != over || !o.Probing() {
@@ -89,13 +96,7 @@ func TestAnOutageEndsWhenAProbeAnswersAfterOneFailed(t *testing.T) {
 // TestAFailureTheFirstProbeContradictsWasNoOutage: when the first probe answers, the failure was
 // not an outage: the channel stays open (its waiter waits its backoff in full).
 func TestAFailureTheFirstProbeContradictsWasNoOutage(t *testing.T) {
-	clk := testclock.NewFakeClock(time.Now())
-	life := lifetime.New()
-	defer life.End()
-	p := newProbes()
-	o := New(clk, p.probe, life)
-	over := o.Noticed()
-	<-p.calls
+	_, p, o, over := noticed(t)
 	p.answers <- nil
 	for o.Probing() {
 		runtime.Gosched()
