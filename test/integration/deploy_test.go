@@ -178,6 +178,11 @@ func TestDeployRBACIsWhatTheManagerAsks(t *testing.T) {
 				o.EventRecorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "csi.example.com"})
 				o.PodCondition = &manager.PodCondition{Type: certificateReady, Client: asDriver.CoreV1()}
 			}})
+			// The check runs in the background (it never holds NewManager): wait for the rules it
+			// should name before counting them.
+			poll(t, "the start-up check's log lines", func() bool {
+				return len(lines.Matching("add this rule to its ClusterRole")) >= len(c.want)
+			})
 			named := lines.Matching("add this rule to its ClusterRole")
 			if len(named) != len(c.want) {
 				t.Fatalf("the start-up check names %d rules, want %d:\n%s", len(named), len(c.want), strings.Join(named, "\n"))
