@@ -42,7 +42,7 @@ type issueAttempt struct {
 	known *metadata.Metadata
 	// gateOpen: the caller asked the readiness gate already and it said yes.
 	gateOpen bool
-	// tr is the loop goroutine's registration with Stop; nil for a caller's attempt, which runs
+	// tr is the queue worker's registration with Stop; nil for a caller's attempt, which runs
 	// on the caller's goroutine.
 	tr *lifetime.Tracked
 	// deadline is a background attempt's timeout, paused while it waits for admission; nil for

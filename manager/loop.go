@@ -26,23 +26,20 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/internal/lifetime"
+	"github.com/cert-manager/csi-lib/internal/workqueue"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
 )
 
-// loop is the renewal loop of one volume (see the package documentation): it waits until the
-// volume is due, makes an attempt, and waits again by the outcome's class, on its own backoffs.
-type loop struct {
+// loops are the renewal loops of the managed volumes (see the package documentation), on the
+// manager's work queue: a volume is a key of the queue, and each time it is ready a worker takes
+// one turn of its loop. A turn waits until the volume is due, makes an attempt, and waits again
+// by the outcome's class, on the volume's own backoffs. Between turns the queue keeps the loop's
+// state (loopState) and the wait's timer; no goroutine waits for a volume.
+type loops struct {
 	iss      *issuer
 	table    *volumeTable
 	schedule loopSchedule
-	v        *managedVolume
-	tr       *lifetime.Tracked // the loop goroutine's registration with Stop
-	// renewal and gate are working copies of the scheduled backoffs; resetting one copies its
-	// template again.
-	renewal, gate wait.Backoff
-	// outageOver is closed when the outage that failed the last attempt ends.
-	outageOver <-chan struct{}
 }
 
 // loopSchedule is how loops wait after an attempt: Options.RenewalBackoffConfig,
@@ -56,33 +53,75 @@ func loopScheduleOf(o Options) loopSchedule {
 	return loopSchedule{renewal: *o.RenewalBackoffConfig, gate: *o.GateBackoffConfig, gatePoll: o.GatePollInterval}
 }
 
-// runLoop runs a volume's loop; the loop's state lives on the goroutine's stack.
-func runLoop(iss *issuer, table *volumeTable, schedule loopSchedule, v *managedVolume, tr *lifetime.Tracked, known *metadata.Metadata) {
-	l := loop{iss: iss, table: table, schedule: schedule, v: v, tr: tr, renewal: schedule.renewal, gate: schedule.gate}
-	l.run(known)
+// loopState is what the work queue keeps of a volume's loop between two turns.
+type loopState struct {
+	// renewal and gate are working copies of the scheduled backoffs; resetting one copies its
+	// template again.
+	renewal, gate wait.Backoff
+	// wait is what the volume waits for, which decides what may end the wait early.
+	wait waitKind
+	// polling: the wait is one GatePollInterval step of a gate wait, after which the gate is
+	// asked again; left is what remains of the gate wait after this step.
+	polling bool
+	left    time.Duration
+	// outageOver is closed when the outage that failed the last attempt ends.
+	outageOver <-chan struct{}
+	// known is the volume's metadata, just read, for the loop's first turn; nil: the turn reads
+	// it.
+	known *metadata.Metadata
 }
 
-// run runs the loop until the volume is unmanaged or the manager stops. known, if non-nil, is
-// the volume's metadata, just read.
-func (l *loop) run(known *metadata.Metadata) {
-	defer l.tr.Done()
-	for {
-		delay, kind, next := l.turn(known)
-		known = nil
-		switch {
-		case next == endLoop:
-			return
-		case next == waitThenTurn && !l.sleep(delay, kind):
-			return
+// firstState is the state of a loop that starts; known, if not nil, is the volume's metadata,
+// just read.
+func (l *loops) firstState(known *metadata.Metadata) loopState {
+	return loopState{renewal: l.schedule.renewal, gate: l.schedule.gate, wait: noWait, known: known}
+}
+
+// requeueEnds reports whether Requeue ends a wait in state s: one until due, or for the gate.
+func requeueEnds(s loopState) bool {
+	return s.wait == waitUntilDue || s.wait == waitGatePending
+}
+
+// process is the work queue's processing of a volume: what ended its wait, then a turn (see
+// turn), and the wait that follows it. tr is the worker's registration with Stop.
+func (l *loops) process(tr *lifetime.Tracked, v *managedVolume, s loopState, early bool) workqueue.Next[loopState] {
+	log := v.logger(l.iss.log)
+	switch {
+	case v.ctx.Err() != nil:
+		return workqueue.Next[loopState]{Drop: true}
+	case early && s.wait == waitAfterOutage:
+		log.V(2).Info("The apiserver is reachable again: attempting now")
+	case early:
+		l.takeRequeue(v)
+		log.V(4).Info("Requeued: re-evaluating now")
+	case s.polling:
+		open, alive := l.gateOpens(tr, v)
+		if !alive {
+			return workqueue.Next[loopState]{Drop: true}
 		}
+		if !open {
+			return l.waitFor(v, s, s.left, waitGatePending)
+		}
+		log.V(4).Info("Readiness gate opened: re-evaluating now")
 	}
+	known := s.known
+	s.known = nil
+	delay, kind, next := l.turn(tr, v, &s, known)
+	switch next {
+	case endLoop:
+		return workqueue.Next[loopState]{Drop: true}
+	case turnAgain:
+		s.wait = noWait
+		return workqueue.Next[loopState]{State: s}
+	}
+	return l.waitFor(v, s, delay, kind)
 }
 
 // afterTurn is what the loop does after a turn.
 type afterTurn int
 
 const (
-	waitThenTurn afterTurn = iota // wait (sleep) for the delay, then turn again
+	waitThenTurn afterTurn = iota // wait for the delay, then turn again
 	turnAgain                     // turn again at once: after a success, which reads the metadata anew
 	endLoop                       // the volume is gone or unmanaged, or the manager stopped
 )
@@ -91,10 +130,10 @@ const (
 // is due, makes an attempt. It returns what the loop does next and, to wait, how long and what
 // may end the wait early: until due; after an attempt, by the outcome's class (see backoff); a
 // metadata read that failed is retried on the renewal backoff, logged and not counted as an
-// issuance error. A volume whose pod terminates makes no attempt any more: its loop waits to be
-// unmanaged, and ends.
-func (l *loop) turn(known *metadata.Metadata) (time.Duration, waitKind, afterTurn) {
-	iss, v := l.iss, l.v
+// issuance error. A volume whose pod terminates makes no attempt any more: its loop ends, and
+// the volume stays managed until it is unmanaged.
+func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s *loopState, known *metadata.Metadata) (time.Duration, waitKind, afterTurn) {
+	iss := l.iss
 	var meta metadata.Metadata
 	var err error
 	if known != nil {
@@ -110,7 +149,7 @@ func (l *loop) turn(known *metadata.Metadata) (time.Duration, waitKind, afterTur
 		return 0, 0, endLoop
 	case err != nil:
 		v.logger(iss.log).Error(err, "Cannot read volume metadata")
-		return l.renewal.Step(), waitAfterError, waitThenTurn
+		return s.renewal.Step(), waitAfterError, waitThenTurn
 	}
 	last := v.lastWritten()
 	renewAt, held := heldTo(meta, last)
@@ -122,7 +161,7 @@ func (l *loop) turn(known *metadata.Metadata) (time.Duration, waitKind, afterTur
 		return wait, waitUntilDue, waitThenTurn
 	}
 
-	outcome := l.issue()
+	outcome := l.issue(tr, v)
 	if errors.Is(outcome, errStopped) {
 		return 0, 0, endLoop
 	}
@@ -130,12 +169,11 @@ func (l *loop) turn(known *metadata.Metadata) (time.Duration, waitKind, afterTur
 	var delay time.Duration
 	kind := waitAfterError
 	if !terminated {
-		delay, kind = l.backoff(outcome)
+		delay, kind = l.backoff(s, outcome)
 	}
 	iss.board.attemptEnded(v, outcome, false, delay)
 	switch {
 	case terminated:
-		<-v.ctx.Done()
 		return 0, 0, endLoop
 	case outcome == nil:
 		return 0, 0, turnAgain
@@ -148,19 +186,19 @@ func (l *loop) turn(known *metadata.Metadata) (time.Duration, waitKind, afterTur
 // none after a success (both backoffs reset); the gate's backoff after ErrNotReadyToRequest (the
 // renewal backoff resets); the renewal backoff after any other error (the gate's resets), which
 // only the end of an outage ends early when the apiserver could not be reached.
-func (l *loop) backoff(outcome error) (time.Duration, waitKind) {
+func (l *loops) backoff(s *loopState, outcome error) (time.Duration, waitKind) {
 	switch {
 	case outcome == nil:
-		l.renewal, l.gate = l.schedule.renewal, l.schedule.gate
+		s.renewal, s.gate = l.schedule.renewal, l.schedule.gate
 		return 0, waitAfterError
 	case errors.Is(outcome, ErrNotReadyToRequest):
-		l.renewal = l.schedule.renewal
-		return l.gate.Step(), waitGatePending
+		s.renewal = l.schedule.renewal
+		return s.gate.Step(), waitGatePending
 	}
-	l.gate = l.schedule.gate
-	delay := l.renewal.Step()
+	s.gate = l.schedule.gate
+	delay := s.renewal.Step()
 	if apicall.Unreachable(outcome) {
-		l.outageOver = l.iss.outage.Noticed()
+		s.outageOver = l.iss.outage.Noticed()
 		return delay, waitAfterOutage
 	}
 	return delay, waitAfterError
@@ -170,9 +208,11 @@ func (l *loop) backoff(outcome error) (time.Duration, waitKind) {
 type waitKind int
 
 const (
+	// noWait: the volume is ready for a turn (a loop that starts, or after a success).
+	noWait waitKind = iota
 	// waitUntilDue: the certificate is not due yet. Requeue ends the wait; nothing is polled,
 	// so a volume that is not due costs nothing.
-	waitUntilDue waitKind = iota
+	waitUntilDue
 	// waitGatePending: the readiness gate said "not yet". Requeue ends the wait, and so does the
 	// gate itself, asked again every GatePollInterval.
 	waitGatePending
@@ -184,63 +224,44 @@ const (
 	waitAfterOutage
 )
 
-// sleep waits for d on the injected clock; kind says what may end it early. It returns false
-// if the volume was unmanaged or the manager stopped. A delay of zero or less does not wait.
-func (l *loop) sleep(d time.Duration, kind waitKind) bool {
-	v, poll := l.v, l.schedule.gatePoll
-	var requeue, outageOver <-chan struct{}
-	switch kind {
-	case waitAfterError:
-	case waitAfterOutage:
-		outageOver = l.outageOver
+// waitFor is the queue's wait of d for kind (zero or less: a turn at once). A wait that Requeue
+// ends is ended at once by a Requeue that came during the turn; a gate wait longer than
+// GatePollInterval waits one poll interval at a time.
+func (l *loops) waitFor(v *managedVolume, s loopState, d time.Duration, kind waitKind) workqueue.Next[loopState] {
+	s.wait, s.polling, s.left = kind, false, 0
+	if d <= 0 {
+		return workqueue.Next[loopState]{State: s}
+	}
+	if requeueEnds(s) && l.takeRequeue(v) {
+		v.logger(l.iss.log).V(4).Info("Requeued: re-evaluating now")
+		s.wait = noWait
+		return workqueue.Next[loopState]{State: s}
+	}
+	if poll := l.schedule.gatePoll; kind == waitGatePending && poll > 0 && d > poll {
+		s.polling, s.left = true, d-poll
+		d = poll
+	}
+	return workqueue.Next[loopState]{After: d, State: s}
+}
+
+// takeRequeue takes the volume's pending Requeue, if any.
+func (l *loops) takeRequeue(v *managedVolume) bool {
+	select {
+	case <-v.requeue:
+		return true
 	default:
-		requeue = v.requeue
+		return false
 	}
-	for d > 0 {
-		step, polling := d, false
-		if kind == waitGatePending && poll > 0 && d > poll {
-			step, polling = poll, true
-		}
-		t := l.iss.clock.NewTimer(step)
-		select {
-		case <-t.C():
-		case <-requeue:
-			t.Stop()
-			v.logger(l.iss.log).V(4).Info("Requeued: re-evaluating now")
-			return true
-		case <-outageOver:
-			t.Stop()
-			v.logger(l.iss.log).V(2).Info("The apiserver is reachable again: attempting now")
-			return true
-		case <-v.ctx.Done():
-			t.Stop()
-			return false
-		}
-		if !polling {
-			break
-		}
-		d -= step
-		open, alive := l.gateOpens()
-		if !alive {
-			return false
-		}
-		if open {
-			v.logger(l.iss.log).V(4).Info("Readiness gate opened: re-evaluating now")
-			return true
-		}
-	}
-	return v.ctx.Err() == nil
 }
 
 // gateOpens asks the readiness gate about the volume's current metadata. alive is false if the
-// manager stopped while the gate ran.
-func (l *loop) gateOpens() (open, alive bool) {
-	v := l.v
+// volume was unmanaged or the manager stopped while the gate ran.
+func (l *loops) gateOpens(tr *lifetime.Tracked, v *managedVolume) (open, alive bool) {
 	meta, err := l.iss.store.ReadMetadata(v.id)
 	if err != nil {
 		return false, v.ctx.Err() == nil
 	}
-	if !l.tr.Outside(func() { open, _ = l.iss.driver.readyToRequest(meta) }) {
+	if !tr.Outside(func() { open, _ = l.iss.driver.readyToRequest(meta) }) {
 		return false, false
 	}
 	return open, v.ctx.Err() == nil
@@ -249,10 +270,9 @@ func (l *loop) gateOpens() (open, alive bool) {
 // issue is the loop's attempt: it ends when the volume is unmanaged, the manager stops, or
 // after issueTimeout on the injected clock. Any error once the volume is unmanaged is errStopped:
 // not an issuance failure.
-func (l *loop) issue() error {
-	v := l.v
+func (l *loops) issue(tr *lifetime.Tracked, v *managedVolume) error {
 	ctx, deadline, end, cancel := attemptContext(l.iss.clock, v)
-	err := (&issueAttempt{iss: l.iss, v: v, tr: l.tr, deadline: deadline}).run(ctx, end)
+	err := (&issueAttempt{iss: l.iss, v: v, tr: tr, deadline: deadline}).run(ctx, end)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
 	cancel()

@@ -34,6 +34,7 @@ import (
 	"github.com/cert-manager/csi-lib/internal/outage"
 	"github.com/cert-manager/csi-lib/internal/pendingkeys"
 	"github.com/cert-manager/csi-lib/internal/podcondition"
+	"github.com/cert-manager/csi-lib/internal/workqueue"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
 )
@@ -44,16 +45,18 @@ type Manager struct {
 	// issuer makes the attempts, for the callers' publishes and for the loops.
 	issuer
 	// opts are the options as completed, for the Manager's own reads (metadata, the clock, the
-	// publish's gate, metric series); schedule is what the loops take of them.
+	// publish's gate, metric series).
 	opts     Options
 	nodeHash string
-	schedule loopSchedule
 	log      logr.Logger
 	life     *lifetime.Lifetime // the context Stop ends, and the goroutines Stop waits for
 	stopOnce sync.Once
 
 	// table is the set of managed volumes and what the board shows of each.
 	table *volumeTable
+	// loops are the volumes' renewal loops, and queue the work queue they turn on.
+	loops loops
+	queue *workqueue.Queue[*managedVolume, loopState]
 	// series deletes the metric series of volumes gone for a retention.
 	series *seriesRetention
 	// accessChecked is closed once the start-up access check has ended (at once when
@@ -85,7 +88,6 @@ func NewManager(opts Options) (*Manager, error) {
 		},
 		opts:     opts,
 		nodeHash: nodeHash,
-		schedule: loopScheduleOf(opts),
 		log:      log,
 		life:     lifetime.New(),
 	}
@@ -100,7 +102,7 @@ func NewManager(opts Options) (*Manager, error) {
 		limits.PerSecond, limits.Burst = rl.PerSecond, rl.Burst
 	}
 	m.admission = admission.New(limits)
-	m.outage = outage.New(opts.Clock, outage.APIServerProbe(opts.Client), m.life)
+	m.outage = outage.New(opts.Clock, outage.APIServerProbe(opts.Client), m.life, m.outageEnded)
 	if m.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.keys.Seen, m.keys.RequestDeleted); err != nil {
 		m.life.End()
 		return nil, err
@@ -117,6 +119,8 @@ func NewManager(opts Options) (*Manager, error) {
 		go conditions.Run()
 	}
 	m.table = newVolumeTable()
+	m.loops = loops{iss: &m.issuer, table: m.table, schedule: loopScheduleOf(opts)}
+	m.queue = workqueue.New(opts.Clock, m.life, m.loops.process)
 	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.NewestNotAfter, conditions)
 	m.table.observer = m.board
 	m.accessChecked = make(chan struct{})
@@ -237,6 +241,7 @@ func (m *Manager) UnmanageVolume(volumeID string) {
 		return
 	}
 	v.ctx.Cancel()
+	m.queue.Forget(v)
 	v.fence()
 }
 
@@ -286,6 +291,7 @@ func (m *Manager) Requeue(volumeID string) {
 		case v.requeue <- struct{}{}:
 		default:
 		}
+		m.queue.Wake(v, requeueEnds)
 	}
 }
 
@@ -324,6 +330,7 @@ func (m *Manager) Stop() {
 			// No fence: Stop must not wait for a WriteKeypair.
 			v.ctx.Cancel()
 		}
+		m.queue.Stop()
 		m.keys.Stop()
 		m.series.stop()
 		m.life.End()
@@ -348,17 +355,18 @@ func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *ma
 	return v
 }
 
-// startLoop starts the volume's renewal loop once. If known is non-nil it is the volume's
-// metadata, just read, which saves the loop its first read.
+// startLoop starts the volume's renewal loop once: it puts the volume on the work queue, ready
+// for its first turn. If known is non-nil it is the volume's metadata, just read, which saves
+// the loop its first read.
 func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
-	if !v.startsLoop() {
-		return
+	if v.startsLoop() {
+		m.queue.Add(v, m.loops.firstState(known))
 	}
-	tr := m.life.Track()
-	if tr == nil {
-		return
-	}
-	go runLoop(&m.issuer, m.table, m.schedule, v, tr, known)
+}
+
+// outageEnded ends the waits of the loops whose attempt failed in the outage that ended.
+func (m *Manager) outageEnded(over <-chan struct{}) {
+	m.queue.WakeAll(func(s loopState) bool { return s.wait == waitAfterOutage && s.outageOver == over })
 }
 
 // issueFirst makes one attempt on the caller's goroutine for a just-registered volume whose

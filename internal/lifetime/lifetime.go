@@ -113,6 +113,12 @@ func (t *Tracked) Outside(f func()) bool {
 	return true
 }
 
+// Held reports whether the goroutine still holds its registration: false once an Outside call
+// found the lifetime ended.
+func (t *Tracked) Held() bool {
+	return t.inside
+}
+
 // Done ends the registration (if the goroutine still holds it).
 func (t *Tracked) Done() {
 	if t != nil && t.inside {

@@ -47,15 +47,18 @@ type Outage struct {
 	// probe asks the apiserver something cheap; nil error: it answered.
 	probe func(ctx context.Context) error
 	life  *lifetime.Lifetime
+	// ended is told of each outage that ends, by the channel Noticed returned for it.
+	ended func(over <-chan struct{})
 
 	mu      sync.Mutex
 	probing bool
 	over    chan struct{} // closed when the outage being probed ends
 }
 
-// New returns an Outage that probes with probe, on goroutines of life.
-func New(clk clock.Clock, probe func(ctx context.Context) error, life *lifetime.Lifetime) *Outage {
-	return &Outage{clock: clk, probe: probe, life: life, over: make(chan struct{})}
+// New returns an Outage that probes with probe, on goroutines of life. ended, if not nil, is
+// called when an outage ends, after its channel (see Noticed) is closed.
+func New(clk clock.Clock, probe func(ctx context.Context) error, life *lifetime.Lifetime, ended func(over <-chan struct{})) *Outage {
+	return &Outage{clock: clk, probe: probe, life: life, ended: ended, over: make(chan struct{})}
 }
 
 // Noticed records a failure to reach the apiserver and returns a channel that is closed when the
@@ -88,11 +91,15 @@ func (o *Outage) probeUntilBack(tr *lifetime.Tracked) {
 		if err == nil {
 			o.mu.Lock()
 			o.probing = false
+			over := o.over
 			if confirmed {
 				close(o.over)
 				o.over = make(chan struct{})
 			}
 			o.mu.Unlock()
+			if confirmed && o.ended != nil {
+				o.ended(over)
+			}
 			return
 		}
 		confirmed = true

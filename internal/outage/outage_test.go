@@ -32,10 +32,11 @@ import (
 type probes struct {
 	calls   chan struct{}
 	answers chan error
+	ended   chan (<-chan struct{})
 }
 
 func newProbes() *probes {
-	return &probes{calls: make(chan struct{}), answers: make(chan error)}
+	return &probes{calls: make(chan struct{}), answers: make(chan error), ended: make(chan (<-chan struct{}), 1)}
 }
 
 func (p *probes) probe(context.Context) error {
@@ -44,13 +45,13 @@ func (p *probes) probe(context.Context) error {
 }
 
 // noticed is an Outage on a fake clock, told of a failure; its first probe has been called and
-// waits for its answer on p.answers.
+// waits for its answer on p.answers. The outages its ended hook is told of go to p.ended.
 func noticed(t *testing.T) (*testclock.FakeClock, *probes, *Outage, <-chan struct{}) {
 	clk := testclock.NewFakeClock(time.Now())
 	life := lifetime.New()
 	t.Cleanup(life.End)
 	p := newProbes()
-	o := New(clk, p.probe, life)
+	o := New(clk, p.probe, life, func(over <-chan struct{}) { p.ended <- over })
 	over := o.Noticed()
 	<-p.calls
 	return clk, p, o, over
@@ -64,8 +65,9 @@ func waitForTimer(clk *testclock.FakeClock) {
 }
 
 // TestAnOutageEndsWhenAProbeAnswersAfterOneFailed: the channel Noticed returns closes once a probe
-// answers after one failed, and not before; probes repeat every ProbeInterval on the clock, and a
-// second Noticed during the outage shares the first's probe and channel.
+// answers after one failed, and not before, and New's ended hook is then told of that channel;
+// probes repeat every ProbeInterval on the clock, and a second Noticed during the outage shares
+// the first's probe and channel.
 func TestAnOutageEndsWhenAProbeAnswersAfterOneFailed(t *testing.T) {
 	clk, p, o, over := noticed(t)
 	p.answers <- errors.New("connection refused")
@@ -88,6 +90,9 @@ func TestAnOutageEndsWhenAProbeAnswersAfterOneFailed(t *testing.T) {
 	}
 	p.answers <- nil
 	<-over
+	if ended := <-p.ended; ended != over {
+		t.Error("the ended hook was told of another channel than the outage's")
+	}
 	if o.Probing() {
 		t.Error("still probing after the apiserver answered")
 	}
@@ -104,6 +109,8 @@ func TestAFailureTheFirstProbeContradictsWasNoOutage(t *testing.T) {
 	select {
 	case <-over:
 		t.Fatal("a failure the first probe contradicted ended an outage")
+	case <-p.ended:
+		t.Fatal("a failure the first probe contradicted was reported as an outage that ended")
 	default:
 	}
 }

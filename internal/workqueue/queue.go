@@ -1,0 +1,295 @@
+/*
+Copyright 2026 The cert-manager Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package workqueue is a work queue on an injected clock, in the shape of client-go's
+// rate-limited work queue: keys wait (each on a timer of the clock), become ready (in one FIFO),
+// and are processed by workers started on demand, never two at once for one key. What a key
+// carries between two processings (its state: what it waits for, its backoffs) is the queue's,
+// handed to each processing and taken back from it, so a key that waits costs a timer and its
+// state, and no goroutine.
+package workqueue
+
+import (
+	"container/list"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/cert-manager/csi-lib/internal/clockutil"
+	"github.com/cert-manager/csi-lib/internal/lifetime"
+)
+
+// Next is what a processing decides for its key: wait After (zero or less: ready again at
+// once, at the back of the queue) with State, or leave the queue (Drop).
+type Next[S any] struct {
+	After time.Duration
+	State S
+	Drop  bool
+}
+
+// Process processes key k with the state its last wait was given. early says Wake ended that
+// wait before its time. tr is the worker's registration with the queue's lifetime: a Process
+// that lets tr go (lifetime.Tracked.Outside reported false) is not asked for more, and its Next
+// is ignored.
+type Process[K comparable, S any] func(tr *lifetime.Tracked, k K, s S, early bool) Next[S]
+
+// Queue is the work queue. Its lock guards every key's place and state; Process runs without it.
+type Queue[K comparable, S any] struct {
+	clock   clock.Clock
+	life    *lifetime.Lifetime
+	process Process[K, S]
+
+	mu      sync.Mutex
+	stopped bool
+	keys    map[K]*entry[S]
+	ready   list.List // of K, first in, first out
+	// workers are the running workers; busy, those of them processing a key.
+	workers, busy int
+}
+
+// place is where a key is.
+type place uint8
+
+const (
+	waiting    place = iota // on its timer
+	ready                   // in the FIFO
+	processing              // on a worker
+)
+
+type entry[S any] struct {
+	place place
+	state S
+	early bool
+	// stopTimer stops the wait's timer; seq tells a timer that fired from the current wait.
+	stopTimer func() bool
+	seq       uint64
+	elem      *list.Element // in the FIFO while ready
+	// wake is a Wake that came while the key was processing: it is matched against the wait
+	// the processing decides.
+	wake func(S) bool
+	// forgotten: Forget came while the key was processing.
+	forgotten bool
+}
+
+// New returns a queue whose workers run on goroutines of life and call process.
+func New[K comparable, S any](clk clock.Clock, life *lifetime.Lifetime, process Process[K, S]) *Queue[K, S] {
+	return &Queue[K, S]{clock: clk, life: life, process: process, keys: make(map[K]*entry[S])}
+}
+
+// Add puts k in the queue, ready at once with state s. It reports false, and does nothing, if k
+// is in the queue already or the queue is stopped.
+func (q *Queue[K, S]) Add(k K, s S) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped || q.keys[k] != nil {
+		return false
+	}
+	e := &entry[S]{state: s}
+	q.keys[k] = e
+	q.makeReadyLocked(k, e, false)
+	return true
+}
+
+// Wake ends k's wait now if match says its state may be woken; the processing is told early.
+// A Wake that comes while k is processing is kept, and ends the wait that processing decides
+// at once if match accepts its state. It reports whether k's wait ended.
+func (q *Queue[K, S]) Wake(k K, match func(S) bool) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e := q.keys[k]
+	switch {
+	case e == nil:
+		return false
+	case e.place == processing:
+		e.wake = match
+		return false
+	case e.place == waiting && match(e.state):
+		q.endWaitLocked(k, e, true)
+		return true
+	}
+	return false
+}
+
+// WakeAll is Wake for every waiting key whose state match accepts; it returns how many woke.
+func (q *Queue[K, S]) WakeAll(match func(S) bool) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for k, e := range q.keys {
+		if e.place == waiting && match(e.state) {
+			q.endWaitLocked(k, e, true)
+			n++
+		}
+	}
+	return n
+}
+
+// Forget takes k out of the queue: its timer stops, or it leaves the FIFO; a processing that
+// runs finishes, and k leaves after it.
+func (q *Queue[K, S]) Forget(k K) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e := q.keys[k]
+	switch {
+	case e == nil:
+	case e.place == processing:
+		e.forgotten = true
+	default:
+		q.dropLocked(k, e)
+	}
+}
+
+// Stop takes every key out of the queue and stops their timers. Workers finish the key they
+// process, and start no other.
+func (q *Queue[K, S]) Stop() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.stopped = true
+	for k, e := range q.keys {
+		if e.place == processing {
+			e.forgotten = true
+			continue
+		}
+		q.dropLocked(k, e)
+	}
+}
+
+// Len reports how many keys are in the queue, and how many of them are waiting.
+func (q *Queue[K, S]) Len() (keys, waits int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, e := range q.keys {
+		if e.place == waiting {
+			waits++
+		}
+	}
+	return len(q.keys), waits
+}
+
+// Workers reports how many workers are running.
+func (q *Queue[K, S]) Workers() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.workers
+}
+
+func (q *Queue[K, S]) dropLocked(k K, e *entry[S]) {
+	switch e.place {
+	case waiting:
+		e.seq++
+		e.stopTimer()
+	case ready:
+		q.ready.Remove(e.elem)
+	}
+	delete(q.keys, k)
+}
+
+// endWaitLocked stops k's timer and makes it ready.
+func (q *Queue[K, S]) endWaitLocked(k K, e *entry[S], early bool) {
+	e.seq++
+	e.stopTimer()
+	e.stopTimer = nil
+	q.makeReadyLocked(k, e, early)
+}
+
+// makeReadyLocked puts k at the back of the FIFO and starts a worker if fewer are free than
+// keys are ready.
+func (q *Queue[K, S]) makeReadyLocked(k K, e *entry[S], early bool) {
+	e.place, e.early = ready, early
+	e.elem = q.ready.PushBack(k)
+	if q.workers-q.busy >= q.ready.Len() {
+		return
+	}
+	tr := q.life.Track()
+	if tr == nil {
+		return
+	}
+	q.workers++
+	go q.work(tr)
+}
+
+// waitLocked makes k wait d with its state, on a timer of the clock.
+func (q *Queue[K, S]) waitLocked(k K, e *entry[S], d time.Duration) {
+	e.place = waiting
+	e.seq++
+	seq := e.seq
+	e.stopTimer = clockutil.AfterFunc(q.clock, d, func() { q.fire(k, e, seq) })
+}
+
+// fire ends k's wait if its timer is the current wait's.
+func (q *Queue[K, S]) fire(k K, e *entry[S], seq uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.keys[k] != e || e.place != waiting || e.seq != seq {
+		return
+	}
+	e.stopTimer = nil
+	q.makeReadyLocked(k, e, false)
+}
+
+// work processes ready keys, first in first out, until none is ready or the queue stops.
+func (q *Queue[K, S]) work(tr *lifetime.Tracked) {
+	defer tr.Done()
+	for {
+		q.mu.Lock()
+		front := q.ready.Front()
+		if q.stopped || front == nil {
+			q.workers--
+			q.mu.Unlock()
+			return
+		}
+		k := q.ready.Remove(front).(K)
+		e := q.keys[k]
+		e.place, e.elem, e.wake = processing, nil, nil
+		q.busy++
+		q.mu.Unlock()
+
+		next := q.process(tr, k, e.state, e.early)
+
+		q.mu.Lock()
+		q.busy--
+		if !tr.Held() {
+			// The lifetime ended while the processing was in a driver function: it touches
+			// nothing more.
+			delete(q.keys, k)
+			q.workers--
+			q.mu.Unlock()
+			return
+		}
+		q.finishLocked(k, e, next)
+		q.mu.Unlock()
+	}
+}
+
+// finishLocked places k as its processing decided.
+func (q *Queue[K, S]) finishLocked(k K, e *entry[S], next Next[S]) {
+	wake := e.wake
+	e.wake = nil
+	if next.Drop || e.forgotten {
+		delete(q.keys, k)
+		return
+	}
+	e.state = next.State
+	switch {
+	case next.After <= 0:
+		q.makeReadyLocked(k, e, false)
+	case wake != nil && wake(next.State):
+		q.makeReadyLocked(k, e, true)
+	default:
+		q.waitLocked(k, e, next.After)
+	}
+}
