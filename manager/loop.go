@@ -88,7 +88,7 @@ func (l *loops) process(tr *lifetime.Tracked, v *managedVolume, s loopState, ear
 	log := v.logger(l.iss.log)
 	switch {
 	case v.ctx.Err() != nil:
-		return workqueue.Next[loopState]{Drop: true}
+		return drop
 	case early && s.wait == waitAfterOutage:
 		log.V(2).Info("The apiserver is reachable again: attempting now")
 	case early:
@@ -97,47 +97,32 @@ func (l *loops) process(tr *lifetime.Tracked, v *managedVolume, s loopState, ear
 	case s.polling:
 		open, alive := l.gateOpens(tr, v)
 		if !alive {
-			return workqueue.Next[loopState]{Drop: true}
+			return drop
 		}
 		if !open {
 			return l.waitFor(v, s, s.left, waitGatePending)
 		}
 		log.V(4).Info("Readiness gate opened: re-evaluating now")
 	}
-	known := s.known
-	s.known = nil
-	delay, kind, next := l.turn(tr, v, &s, known)
-	switch next {
-	case endLoop:
-		return workqueue.Next[loopState]{Drop: true}
-	case turnAgain:
-		s.wait = noWait
-		return workqueue.Next[loopState]{State: s}
-	}
-	return l.waitFor(v, s, delay, kind)
+	return l.turn(tr, v, s)
 }
 
-// afterTurn is what the loop does after a turn.
-type afterTurn int
-
-const (
-	waitThenTurn afterTurn = iota // wait for the delay, then turn again
-	turnAgain                     // turn again at once: after a success, which reads the metadata anew
-	endLoop                       // the volume is gone or unmanaged, or the manager stopped
-)
+// drop ends a volume's loop: the volume is gone or unmanaged, its pod terminates, or the
+// manager stopped.
+var drop = workqueue.Next[loopState]{Drop: true}
 
 // turn is one turn of the loop: it reads the volume's metadata (unless known) and, if the volume
-// is due, makes an attempt. It returns what the loop does next and, to wait, how long and what
-// may end the wait early: until due; after an attempt, by the outcome's class (see backoff); a
-// metadata read that failed is retried on the renewal backoff, logged and not counted as an
-// issuance error. A volume whose pod terminates makes no attempt any more: its loop ends, and
-// the volume stays managed until it is unmanaged.
-func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s *loopState, known *metadata.Metadata) (time.Duration, waitKind, afterTurn) {
+// is due, makes an attempt. It returns what the loop does next: a turn again at once after a
+// success (which reads the metadata anew), or a wait (see waitFor) until due, or after an
+// attempt by the outcome's class (see backoff); a metadata read that failed is retried on the
+// renewal backoff, logged and not counted as an issuance error. A volume whose pod terminates
+// makes no attempt any more: its loop ends, and the volume stays managed until it is unmanaged.
+func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqueue.Next[loopState] {
 	iss := l.iss
 	var meta metadata.Metadata
 	var err error
-	if known != nil {
-		meta = *known
+	if known := s.known; known != nil {
+		s.known, meta = nil, *known
 	} else if meta, err = iss.store.ReadMetadata(v.id); err == nil {
 		l.table.note(v, meta)
 	}
@@ -146,10 +131,10 @@ func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s *loopState, known
 		v.logger(iss.log).Info("Volume metadata is gone; no longer managing the volume")
 		l.table.remove(v)
 		v.ctx.Cancel()
-		return 0, 0, endLoop
+		return drop
 	case err != nil:
 		v.logger(iss.log).Error(err, "Cannot read volume metadata")
-		return s.renewal.Step(), waitAfterError, waitThenTurn
+		return l.waitFor(v, s, s.renewal.Step(), waitAfterError)
 	}
 	last := v.lastWritten()
 	renewAt, held := heldTo(meta, last)
@@ -158,28 +143,29 @@ func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s *loopState, known
 		iss.board.watchCertificate(v, renewAt)
 	}
 	if wait > 0 {
-		return wait, waitUntilDue, waitThenTurn
+		return l.waitFor(v, s, wait, waitUntilDue)
 	}
 
 	outcome := l.issue(tr, v)
 	if errors.Is(outcome, errStopped) {
-		return 0, 0, endLoop
+		return drop
 	}
 	terminated := errors.Is(outcome, ErrPodTerminating) && v.is(flagTerminating)
 	var delay time.Duration
 	kind := waitAfterError
 	if !terminated {
-		delay, kind = l.backoff(s, outcome)
+		delay, kind = l.backoff(&s, outcome)
 	}
 	iss.board.attemptEnded(v, outcome, false, delay)
 	switch {
 	case terminated:
-		return 0, 0, endLoop
+		return drop
 	case outcome == nil:
-		return 0, 0, turnAgain
+		s.wait = noWait
+		return workqueue.Next[loopState]{State: s}
 	}
 	v.logger(iss.log).V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", kind == waitGatePending)
-	return delay, kind, waitThenTurn
+	return l.waitFor(v, s, delay, kind)
 }
 
 // backoff steps the loop's backoffs by an attempt's outcome and returns the wait it calls for:
