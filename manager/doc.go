@@ -27,9 +27,9 @@ limitations under the License.
 //
 //	resume.go       a restart: the stored volumes and the kept keys the previous process left
 //	manager.go      the public API; wires the owners; Stop
-//	loop.go         one per volume, on its own goroutine: wait until due → attempt → wait by the
-//	                outcome's class; a caller's attempt runs here too, before the loop starts;
-//	                deadline.go bounds a background attempt
+//	loop.go         the volumes' loops, one turn at a time on the work queue: wait until due →
+//	                attempt → wait by the outcome's class; a caller's attempt runs here too,
+//	                before the loop starts; deadline.go bounds a background attempt
 //	attempt.go      one attempt's steps, top to bottom, handing each to the owners below
 //	issuer.go       what an attempt uses, shared by the loops and the publishes
 //	board.go        the one place attempts report to: the metrics, the Events on the pod (their
@@ -60,13 +60,17 @@ limitations under the License.
 //	                settling, waiting for and deleting a volume's requests
 //	pendingkeys     the private keys of submitted requests, in memory and beside the metadata,
 //	                and those the start-up sweep kept
+//	workqueue       the work queue the loops turn on: keys wait on timers of the injected
+//	                clock, become ready in one FIFO, and are processed by workers started on
+//	                demand, never two at once for one key
 //	admission       the node-wide limits: slots and a rate bucket, first come first served
 //	outage          notices an unreachable apiserver, probes it, and tells the loops that failed
 //	                for want of it when it is back
 //	podcondition    writes each pod's condition for its readiness gates, from a queue
 //	accesscheck     the start-up access check (SelfSubjectAccessReview)
 //	apicall         what a refused or unanswered call to the apiserver means
-//	lifetime        the goroutines Stop waits for, and the context it ends
+//	lifetime        the goroutines Stop waits for (the queue's workers among them), and the
+//	                context it ends
 //	cancelctx       a volume's context, which costs one channel while the volume is idle
 //	clockutil       timers on the injected clock
 //
@@ -89,20 +93,33 @@ limitations under the License.
 //
 // # A volume's life
 //
-// Where a registered volume is in its life is where its loop is (loop.go: turn, then one wait),
-// or, before the loop starts, the publish's attempt on the caller's goroutine:
+// Where a registered volume is in its life is where its loop is (loop.go: a turn on a worker of
+// the queue, then one wait that the queue keeps), or, before the loop starts, the publish's
+// attempt on the caller's goroutine:
 //
 //	publish ─► requesting ─► pending ─► issued ─(due)─► renewing ─► pending ─► issued …
 //	  │  gate "not yet"       (attempt.go: gate, admission, key, create; then wait)
 //	  ▼
 //	waiting for the gate ─(Requeue, RequeuePod, the gate's poll, its backoff)─► requesting
 //	failed ─(renewal backoff; the end of an outage)─► requesting
-//	pod terminating ─► no attempt; waits to be unmanaged ─► gone
+//	pod terminating ─► no attempt; off the queue until unmanaged ─► gone
 //	UnmanageVolume, Stop, metadata gone ─► gone (from any state; UnmanageVolume waits for a
 //	                                      WriteKeypair already running, Stop does not)
 //
 // The waits are the loop's waitKind (until due, gate pending, after an error, after an outage),
-// each with what may end it early; requesting, pending and renewing are one issueAttempt.
+// each with what may end it early, kept by the queue in the volume's loopState with its two
+// backoffs; requesting, pending and renewing are one issueAttempt.
+//
+// # The work queue
+//
+// The loops share one queue (internal/workqueue), in the shape of client-go's rate-limited
+// work queue and kubelet's pod-certificate manager: a key is a volume's registration, a key is
+// never processed twice at once (a publish's attempt runs before the key is added), its backoffs
+// and wait are the queue's, and each wait is one timer of Options.Clock that Requeue, the gate's
+// poll or the end of an outage ends early, each only for the wait it concerns. Workers start
+// when keys are ready and leave when none is; their number is not bounded beyond that, so a
+// resume or an attempt waiting for its signature never holds up another volume's turn, and
+// admission (MaxConcurrentIssuances, IssuanceRateLimit) stays the one node-wide limit.
 //
 // When a volume is due is decided in one place, due.go: the NextIssuanceTime the driver stored
 // when it stored one (earlier or later than the library's default), else the default handed to
@@ -156,8 +173,9 @@ limitations under the License.
 //
 // # A renewal
 //
-// The loop sleeps on one timer of the injected clock until due; a volume that is not due costs
-// that timer and nothing else: no reads, no ticks. When it fires, the loop reads the metadata and
+// The volume waits on the queue, on one timer of the injected clock, until due; a volume that is
+// not due costs that timer and its loop's state, and nothing else: no goroutine, no reads, no
+// ticks. When it fires, the loop reads the metadata and
 // makes an attempt as above, under a deadline of its own on the injected clock, which is paused
 // while the attempt waits for admission. Its outcome picks the next wait:
 //
