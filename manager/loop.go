@@ -85,15 +85,14 @@ func requeueEnds(s loopState) bool {
 // process is the work queue's processing of a volume: what ended its wait, then a turn (see
 // turn), and the wait that follows it. tr is the worker's registration with Stop.
 func (l *loops) process(tr *lifetime.Tracked, v *managedVolume, s loopState, early bool) workqueue.Next[loopState] {
-	log := v.logger(l.iss.log)
 	switch {
 	case v.ctx.Err() != nil:
 		return drop
 	case early && s.wait == waitAfterOutage:
-		log.V(2).Info("The apiserver is reachable again: attempting now")
+		v.logger(l.iss.log).V(2).Info("The apiserver is reachable again: attempting now")
 	case early:
 		l.takeRequeue(v)
-		log.V(4).Info("Requeued: re-evaluating now")
+		v.logger(l.iss.log).V(4).Info("Requeued: re-evaluating now")
 	case s.polling:
 		open, alive := l.gateOpens(tr, v)
 		if !alive {
@@ -102,7 +101,7 @@ func (l *loops) process(tr *lifetime.Tracked, v *managedVolume, s loopState, ear
 		if !open {
 			return l.waitFor(v, s, s.left, waitGatePending)
 		}
-		log.V(4).Info("Readiness gate opened: re-evaluating now")
+		v.logger(l.iss.log).V(4).Info("Readiness gate opened: re-evaluating now")
 	}
 	return l.turn(tr, v, s)
 }

@@ -22,6 +22,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -180,6 +181,29 @@ func TestUnmanageAndStopLeaveNoGoroutines(t *testing.T) {
 		t.Fatal("ManageVolumeImmediate succeeded after Stop")
 	}
 	e.poll("goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// TestWaitingVolumesHoldNoGoroutine: a volume waiting on the work queue costs a timer of the
+// clock, and no goroutine: 100 more waiting volumes leave the goroutine count where one left it.
+func TestWaitingVolumesHoldNoGoroutine(t *testing.T) {
+	e := newEnv(t, nil)
+	e.gateOpen.Store(false)
+	e.register("v0", true)
+	m := e.start()
+	e.poll("the first loop to wait", func() bool { return e.clock.Waiters() == 1 && m.queue.Workers() == 0 })
+	one := runtime.NumGoroutine()
+	for i := 1; i <= 100; i++ {
+		id := fmt.Sprintf("v%d", i)
+		e.register(id, true)
+		if !m.ManageVolume(id) {
+			t.Fatalf("ManageVolume(%s) = false", id)
+		}
+	}
+	e.poll("101 loops to wait", func() bool { return e.clock.Waiters() == 101 && m.queue.Workers() == 0 })
+	e.poll("the workers to end", func() bool { return runtime.NumGoroutine() <= one+5 })
+	if keys, waits := m.queue.Len(); keys != 101 || waits != 101 {
+		t.Fatalf("the queue holds %d volumes, %d of them waiting; want 101 of each", keys, waits)
+	}
 }
 
 func TestRequestLabelsOwnerAndSpec(t *testing.T) {
