@@ -93,7 +93,9 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 		return fmt.Errorf("CertificateRequest informer not synced: %w", err)
 	}
 
-	// Step 1.
+	// Step 1. The hold on a request the cache has not shown (step 2) is read before the cache:
+	// the cache shows a request before its hold ends, so one of the two reads always has it.
+	held, holding := iss.keys.UnseenRequest(v.id)
 	reqs, err := iss.requests.ForVolume(v.id)
 	if err != nil {
 		return err
@@ -112,7 +114,7 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	} else if meta, err = iss.store.ReadMetadata(v.id); err != nil {
 		return fmt.Errorf("reading metadata: %w", err)
 	}
-	if held, ok := iss.keys.UnseenRequest(v.id); ok {
+	if holding {
 		settled, err := a.settle(ctx, log, meta, held.Request, held.Created)
 		if err != nil {
 			return err

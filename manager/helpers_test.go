@@ -182,13 +182,22 @@ func (e *env) waitInformerLive() {
 // goroutines (informer, loop), never to let time pass.
 func (e *env) poll(what string, cond func() bool) {
 	e.t.Helper()
+	if !pollFor(cond) {
+		e.t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// pollFor waits, with a bound, for cond, and reports whether it came; for a goroutine other than
+// the test's, which cannot end the test.
+func pollFor(cond func() bool) bool {
 	deadline := time.Now().Add(pollTimeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(time.Millisecond)
 	}
+	return true
 }
 
 // register stores a volume's metadata, optionally as already mounted.

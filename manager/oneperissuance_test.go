@@ -23,6 +23,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,8 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/metadata"
+	"github.com/cert-manager/csi-lib/storage"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -326,4 +329,68 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 			e.poll("the cache to show the request", func() bool { _, held := m.keys.UnseenRequest("v1"); return !held })
 		})
 	}
+}
+
+// catchingUpReader is a metadata reader that, when armed, runs its hook on the given read: a
+// way into an attempt between its read of the volume's requests and its read of the metadata.
+type catchingUpReader struct {
+	storage.MetadataReader
+	reads atomic.Int32
+	hook  atomic.Pointer[func(read int32)]
+}
+
+func (r *catchingUpReader) ReadMetadata(volumeID string) (metadata.Metadata, error) {
+	if hook := r.hook.Load(); hook != nil {
+		(*hook)(r.reads.Add(1))
+	}
+	return r.MetadataReader.ReadMetadata(volumeID)
+}
+
+// TestTheCacheCatchingUpDuringALookupNeverCostsASecondRequest: the retry of an attempt whose
+// request the informer's cache had not shown reads the volume's requests from the cache before
+// the cache shows that request, and the cache shows it (ending the hold on it) before the retry
+// reads the metadata: the retry still resumes the request, and never creates a second one.
+func TestTheCacheCatchingUpDuringALookupNeverCostsASecondRequest(t *testing.T) {
+	reader := &catchingUpReader{}
+	e := newEnv(t, func(o *Options) {
+		reader.MetadataReader = o.MetadataReader
+		o.MetadataReader = reader
+	})
+	release := testkit.SlowWatches(e.client, cmapi.SchemeGroupVersion.WithResource("certificaterequests"), time.Hour)
+	e.register("v1", false)
+	m := e.start()
+
+	// The publish: it creates its request, which the cache does not show before its deadline.
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); first <- err }()
+	e.poll("the request to be created", func() bool { return len(e.requests()) == 1 })
+	cancel()
+	if err := <-first; err == nil {
+		t.Fatal("the publish succeeded without seeing its request")
+	}
+	m.UnmanageVolume("v1")
+
+	// The retry, by the volume's loop: its turn reads the metadata (read 1), its attempt reads
+	// the volume's requests from the cache, then the metadata (read 2), when the cache catches up.
+	caughtUp := make(chan bool, 1)
+	hook := func(read int32) {
+		if read == 2 {
+			release()
+			caughtUp <- pollFor(func() bool { _, held := m.keys.UnseenRequest("v1"); return !held })
+		}
+	}
+	reader.hook.Store(&hook)
+	if !m.ManageVolume("v1") {
+		t.Fatal("ManageVolume = false")
+	}
+	if !<-caughtUp {
+		t.Fatal("the cache did not show the request")
+	}
+	e.poll("the retry to wait on a request", func() bool { return m.requests.Waiting() == 1 })
+	if n := len(e.requests()); n != 1 {
+		t.Fatalf("%d requests for one issuance", n)
+	}
+	e.issuePending()
+	e.poll("the key pair to be written", func() bool { e.mu.Lock(); defer e.mu.Unlock(); return len(e.written["v1"]) == 1 })
 }
