@@ -313,34 +313,41 @@ type modelKey struct {
 	state int
 }
 
-func (m *model) process(k, state int, early bool) {
+// process processes k until it waits or leaves; kept, if not nil, is a Wake that came during
+// the first processing, which ends the wait that processing decides if it accepts its state.
+func (m *model) process(k, state int, early bool, kept func(int) bool) {
 	for {
 		m.log[k] = append(m.log[k], processed{k, state, early, m.now})
 		m.total++
 		next := m.decide(k, m.count[k])
 		m.count[k]++
-		if next.Drop {
+		wake := kept
+		kept = nil
+		switch {
+		case next.Drop:
 			delete(m.keys, k)
 			return
-		}
-		if next.After > 0 {
+		case next.After <= 0:
+			state, early = next.State, false
+		case wake != nil && wake(next.State):
+			state, early = next.State, true
+		default:
 			m.keys[k] = &modelKey{until: m.now + next.After, state: next.State}
 			return
 		}
-		state, early = next.State, false
 	}
 }
 
 func (m *model) add(k, s int) {
 	if m.keys[k] == nil {
 		m.keys[k] = &modelKey{}
-		m.process(k, s, false)
+		m.process(k, s, false, nil)
 	}
 }
 
 func (m *model) wake(k int, match func(int) bool) {
 	if e := m.keys[k]; e != nil && match(e.state) {
-		m.process(k, e.state, true)
+		m.process(k, e.state, true, nil)
 	}
 }
 
@@ -348,13 +355,13 @@ func (m *model) step(d time.Duration) {
 	m.now += d
 	for k, e := range m.keys {
 		if e.until <= m.now {
-			m.process(k, e.state, false)
+			m.process(k, e.state, false, nil)
 		}
 	}
 }
 
-// TestQueueMatchesItsModel drives the queue on the fake clock with random Adds, Wakes,
-// WakeAlls, Forgets and steps of the clock (fixed seeds), each key's processing deciding at
+// TestQueueMatchesItsModel drives the queue on the fake clock with random Adds, Wakes (also
+// while the key is processing), WakeAlls, Forgets and steps of the clock (fixed seeds), each key's processing deciding at
 // random to wait, to be ready again at once or to leave, and compares every key's processings
 // (state handed, early, time) with the model's. No key may be processed twice at once.
 func TestQueueMatchesItsModel(t *testing.T) {
@@ -404,6 +411,16 @@ func TestQueueMatchesItsModel(t *testing.T) {
 				case x == 4:
 					h.q.Forget(k)
 					delete(m.keys, k)
+				case x == 5 && m.keys[k] != nil:
+					// A Wake while the key is processing: the processing is held until the
+					// kept Wake is in.
+					always := func(int) bool { return true }
+					h.hold()
+					h.q.Wake(k, always)
+					h.untilProcessed(m.total + 1)
+					h.q.Wake(k, odd)
+					h.release()
+					m.process(k, m.keys[k].state, true, odd)
 				default:
 					d := time.Duration(1+r.Intn(4)) * time.Second
 					h.clock.Step(d)
