@@ -34,7 +34,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/cert-manager/csi-lib/internal/podcondition"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
@@ -348,15 +347,15 @@ func (c *PodCondition) expiryMargin() time.Duration {
 // Reasons of the pod condition (PodCondition). The message names the volume.
 const (
 	// PodConditionReasonValid (True): every volume holds a valid certificate.
-	PodConditionReasonValid = podcondition.ReasonValid
+	PodConditionReasonValid = "CertificatesValid"
 	// PodConditionReasonNotIssued (False): a volume has no certificate yet.
-	PodConditionReasonNotIssued = podcondition.ReasonNotIssued
+	PodConditionReasonNotIssued = "CertificateNotIssued"
 	// PodConditionReasonGatePending (False): a volume has no certificate yet and the driver's
 	// readiness gate says "not yet".
-	PodConditionReasonGatePending = podcondition.ReasonGatePending
+	PodConditionReasonGatePending = "ReadinessGatePending"
 	// PodConditionReasonFailing (False): a volume has no certificate and its issuance fails.
-	PodConditionReasonFailing = podcondition.ReasonFailing
+	PodConditionReasonFailing = "CertificateIssuanceFailing"
 	// PodConditionReasonExpired (False): a volume's certificate is past its NotAfter, or within
 	// ExpiryMargin of it.
-	PodConditionReasonExpired = podcondition.ReasonExpired
+	PodConditionReasonExpired = "CertificateExpired"
 )

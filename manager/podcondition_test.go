@@ -506,3 +506,19 @@ func TestPodConditionDropsAGonePod(t *testing.T) {
 		t.Fatalf("%d patches for a gone pod, want the one that found it gone", patches)
 	}
 }
+
+// TestPodConditionReasonsAreTheWritersOwn: the exported reasons, written out as strings so that
+// the documentation shows them, are the ones the condition's writer puts on pods.
+func TestPodConditionReasonsAreTheWritersOwn(t *testing.T) {
+	for exported, written := range map[string]string{
+		PodConditionReasonValid:       podcondition.ReasonValid,
+		PodConditionReasonNotIssued:   podcondition.ReasonNotIssued,
+		PodConditionReasonGatePending: podcondition.ReasonGatePending,
+		PodConditionReasonFailing:     podcondition.ReasonFailing,
+		PodConditionReasonExpired:     podcondition.ReasonExpired,
+	} {
+		if exported != written {
+			t.Errorf("manager's reason %q, the writer's %q", exported, written)
+		}
+	}
+}
