@@ -287,7 +287,7 @@ func TestStartUpNamesEachMissingRule(t *testing.T) {
 		"certificaterequests watch", "certificaterequests create", "certificaterequests delete",
 		"events create", "pods get")
 	lines := &testkit.LogLines{}
-	log := lines.Logger()
+	log := lines.LoggerV(1)
 	kube := fake.NewClientset()
 	e, rbac := chartEnv(t, testkit.ChartVerbs, func(o *Options) {
 		o.Log = &log
@@ -311,6 +311,16 @@ func TestStartUpNamesEachMissingRule(t *testing.T) {
 			t.Errorf("line %d:\n%s\nwant it to contain\n%s", i, got[i], want[i])
 		}
 	}
+	expectCheckEnded(t, lines, `"rules"=4 "rules_lacking"=3`)
+}
+
+// expectCheckEnded asserts that the access check logged its end once, with the counts given.
+func expectCheckEnded(t *testing.T, lines *testkit.LogLines, counts string) {
+	t.Helper()
+	ended := lines.Matching("Checked the driver's permissions at start")
+	if len(ended) != 1 || !strings.Contains(ended[0], counts) {
+		t.Errorf("the check's end, logged %d times: %v; want once, with %s", len(ended), ended, counts)
+	}
 }
 
 // TestStartUpCheckIsQuietWhenEverythingIsGranted: with every permission held, no line names a
@@ -318,7 +328,7 @@ func TestStartUpNamesEachMissingRule(t *testing.T) {
 func TestStartUpCheckIsQuietWhenEverythingIsGranted(t *testing.T) {
 	cfg, rs := newReviewServer(t, nil, "certificaterequests watch", "certificaterequests list", "certificaterequests delete")
 	lines := &testkit.LogLines{}
-	log := lines.Logger()
+	log := lines.LoggerV(1)
 	e, rbac := chartEnv(t, testkit.ChartVerbs, func(o *Options) {
 		o.Log = &log
 		client := o.Client
@@ -335,6 +345,7 @@ func TestStartUpCheckIsQuietWhenEverythingIsGranted(t *testing.T) {
 	if got := lines.Matching("Cannot check"); len(got) != 0 {
 		t.Fatalf("the check did not run: %s", got)
 	}
+	expectCheckEnded(t, lines, `"rules"=1 "rules_lacking"=0`)
 }
 
 // TestRefusedSettlingReadIsPermissionDenied: a create lost before it reached the apiserver must

@@ -54,14 +54,15 @@ const checkTimeout = 10 * time.Second
 // Check asks the apiserver, once per verb, whether the account behind rc may make the
 // calls the rules need in all namespaces (SelfSubjectAccessReview, which every authenticated
 // account may create), and logs one error line per rule with a verb missing, giving the rule to
-// add. It never fails: a question the apiserver does not answer is logged and skipped. A nil rc
-// (a fake clientset) asks nothing.
+// add, then, at verbosity 1, that the check has ended. It never fails: a question the apiserver
+// does not answer is logged and skipped. A nil rc (a fake clientset) asks nothing.
 func Check(ctx context.Context, rc rest.Interface, rules []Rule, log logr.Logger) {
 	if rc == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
+	lacking := 0
 	for _, rule := range rules {
 		var missing []string
 		for _, verb := range rule.Verbs {
@@ -77,10 +78,12 @@ func Check(ctx context.Context, rc rest.Interface, rules []Rule, log logr.Logger
 		if len(missing) == 0 {
 			continue
 		}
+		lacking++
 		add := Rule{Group: rule.Group, Resource: rule.Resource, Verbs: missing}
 		log.Error(nil, "The driver's account lacks a permission the library needs in all namespaces; add this rule to its ClusterRole",
 			"rule", add.ClusterRole(), "needed_for", rule.NeededFor)
 	}
+	log.V(1).Info("Checked the driver's permissions at start", "rules", len(rules), "rules_lacking", lacking)
 }
 
 // selfAccessReview asks whether the caller may use verb on a resource ("pods/status" names a

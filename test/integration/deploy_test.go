@@ -171,17 +171,17 @@ func TestDeployRBACIsWhatTheManagerAsks(t *testing.T) {
 			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: asDriver.CoreV1().Events("")})
 			t.Cleanup(broadcaster.Shutdown)
 			lines := &testkit.LogLines{}
-			log := lines.Logger()
+			log := lines.LoggerV(1)
 			startNode(t, nodeConfig{baseDir: t.TempDir(), namespace: ns, managerOpts: func(o *manager.Options) {
 				o.Client = cmclient.NewForConfigOrDie(cfg)
 				o.Log = &log
 				o.EventRecorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "csi.example.com"})
 				o.PodCondition = &manager.PodCondition{Type: certificateReady, Client: asDriver.CoreV1()}
 			}})
-			// The check runs in the background (it never holds NewManager): wait for the rules it
-			// should name before counting them.
-			poll(t, "the start-up check's log lines", func() bool {
-				return len(lines.Matching("add this rule to its ClusterRole")) >= len(c.want)
+			// The check runs in the background (it never holds NewManager): wait for its end
+			// before counting the rules it named.
+			poll(t, "the start-up check to end", func() bool {
+				return len(lines.Matching("Checked the driver's permissions at start")) == 1
 			})
 			named := lines.Matching("add this rule to its ClusterRole")
 			if len(named) != len(c.want) {

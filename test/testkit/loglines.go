@@ -33,11 +33,16 @@ type LogLines struct {
 
 // Logger returns a logger whose lines l keeps.
 func (l *LogLines) Logger() logr.Logger {
+	return l.LoggerV(0)
+}
+
+// LoggerV is Logger that also keeps the lines logged at verbosity up to v.
+func (l *LogLines) LoggerV(v int) logr.Logger {
 	return funcr.New(func(prefix, args string) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.lines = append(l.lines, prefix+" "+args)
-	}, funcr.Options{})
+	}, funcr.Options{Verbosity: v})
 }
 
 // Matching returns the lines that contain s, in the order they were logged.
