@@ -277,17 +277,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 	for _, signedBeforeRetry := range []bool{true, false} {
 		t.Run(map[bool]string{true: "signed before the retry", false: "signed during the retry"}[signedBeforeRetry], func(t *testing.T) {
 			e := newEnv(t, nil)
-			release := testkit.SlowWatches(e.client, cmapi.SchemeGroupVersion.WithResource("certificaterequests"), time.Hour)
-			e.register("v1", false)
-			m := e.start()
-
-			// The publish: it creates its request, which the cache never shows before its
-			// deadline.
-			ctx, cancel := context.WithCancel(context.Background())
-			first := make(chan error, 1)
-			go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); first <- err }()
-			e.poll("the request to be created", func() bool { return len(e.requests()) == 1 })
-			created := e.requests()[0]
+			m, release, created, endPublish := e.publishUnseen()
 			sign := func() {
 				if _, err := testkit.Issue(context.Background(), e.client, e.ca, &created, e.clock.Now()); err != nil {
 					t.Fatal(err)
@@ -296,11 +286,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 			if signedBeforeRetry {
 				sign()
 			}
-			cancel()
-			if err := <-first; err == nil {
-				t.Fatal("the publish succeeded without seeing its request")
-			}
-			m.UnmanageVolume("v1")
+			endPublish()
 
 			// kubelet's retry.
 			retry := e.manageInBackground("v1")
@@ -331,6 +317,30 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 	}
 }
 
+// publishUnseen starts the manager with the informer's watch events held (release delivers
+// them) and publishes volume v1 with ManageVolumeImmediate, which creates its request; the cache
+// does not show it. endPublish ends that publish, as its deadline would, asserts it failed, and
+// unmanages the volume, as the node server does.
+func (e *env) publishUnseen() (m *Manager, release func(), created cmapi.CertificateRequest, endPublish func()) {
+	e.t.Helper()
+	release = testkit.SlowWatches(e.client, cmapi.SchemeGroupVersion.WithResource("certificaterequests"), time.Hour)
+	e.register("v1", false)
+	m = e.start()
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); first <- err }()
+	e.poll("the request to be created", func() bool { return len(e.requests()) == 1 })
+	endPublish = func() {
+		e.t.Helper()
+		cancel()
+		if err := <-first; err == nil {
+			e.t.Fatal("the publish succeeded without seeing its request")
+		}
+		m.UnmanageVolume("v1")
+	}
+	return m, release, e.requests()[0], endPublish
+}
+
 // catchingUpReader is a metadata reader that, when armed, runs its hook on the given read: a
 // way into an attempt between its read of the volume's requests and its read of the metadata.
 type catchingUpReader struct {
@@ -356,20 +366,8 @@ func TestTheCacheCatchingUpDuringALookupNeverCostsASecondRequest(t *testing.T) {
 		reader.MetadataReader = o.MetadataReader
 		o.MetadataReader = reader
 	})
-	release := testkit.SlowWatches(e.client, cmapi.SchemeGroupVersion.WithResource("certificaterequests"), time.Hour)
-	e.register("v1", false)
-	m := e.start()
-
-	// The publish: it creates its request, which the cache does not show before its deadline.
-	ctx, cancel := context.WithCancel(context.Background())
-	first := make(chan error, 1)
-	go func() { _, err := m.ManageVolumeImmediate(ctx, "v1"); first <- err }()
-	e.poll("the request to be created", func() bool { return len(e.requests()) == 1 })
-	cancel()
-	if err := <-first; err == nil {
-		t.Fatal("the publish succeeded without seeing its request")
-	}
-	m.UnmanageVolume("v1")
+	m, release, _, endPublish := e.publishUnseen()
+	endPublish()
 
 	// The retry, by the volume's loop: its turn reads the metadata (read 1), its attempt reads
 	// the volume's requests from the cache, then the metadata (read 2), when the cache catches up.
