@@ -91,7 +91,7 @@ func (l *loops) process(tr *lifetime.Tracked, v *managedVolume, s loopState, ear
 	case early && s.wait == waitAfterOutage:
 		v.logger(l.iss.log).V(2).Info("The apiserver is reachable again: attempting now")
 	case early:
-		l.takeRequeue(v)
+		v.takeRequeue()
 		v.logger(l.iss.log).V(4).Info("Requeued: re-evaluating now")
 	case s.polling:
 		open, alive := l.gateOpens(tr, v)
@@ -217,7 +217,7 @@ func (l *loops) waitFor(v *managedVolume, s loopState, d time.Duration, kind wai
 	if d <= 0 {
 		return workqueue.Next[loopState]{State: s}
 	}
-	if requeueEnds(s) && l.takeRequeue(v) {
+	if requeueEnds(s) && v.takeRequeue() {
 		v.logger(l.iss.log).V(4).Info("Requeued: re-evaluating now")
 		s.wait = noWait
 		return workqueue.Next[loopState]{State: s}
@@ -227,16 +227,6 @@ func (l *loops) waitFor(v *managedVolume, s loopState, d time.Duration, kind wai
 		d = poll
 	}
 	return workqueue.Next[loopState]{After: d, State: s}
-}
-
-// takeRequeue takes the volume's pending Requeue, if any.
-func (l *loops) takeRequeue(v *managedVolume) bool {
-	select {
-	case <-v.requeue:
-		return true
-	default:
-		return false
-	}
 }
 
 // gateOpens asks the readiness gate about the volume's current metadata. alive is false if the
@@ -288,10 +278,7 @@ func (iss *issuer) issueForCaller(ctx context.Context, v *managedVolume, meta me
 // the attempt answers it. An attempt ended because its pod terminates returns an error matching
 // ErrPodTerminating, whatever the call it was in reported (often only a cancelled context).
 func (a *issueAttempt) run(ctx context.Context, end context.CancelCauseFunc) error {
-	select {
-	case <-a.v.requeue:
-	default:
-	}
+	a.v.takeRequeue()
 	a.v.attemptStarted(end)
 	err := a.issue(ctx)
 	a.v.attemptDone()

@@ -287,10 +287,7 @@ func (m *Manager) IsVolumeReadyToRequest(volumeID string) (bool, string) {
 // calls it when a gate condition may have changed.
 func (m *Manager) Requeue(volumeID string) {
 	if v := m.table.get(volumeID); v != nil {
-		select {
-		case v.requeue <- struct{}{}:
-		default:
-		}
+		v.requeued()
 		m.queue.Wake(v, requeueEnds)
 	}
 }

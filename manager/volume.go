@@ -105,6 +105,25 @@ func newVolume(id string, now time.Time, resumed bool) *managedVolume {
 	return v
 }
 
+// requeued records a Requeue, pending until an attempt or a wait takes it (takeRequeue); at most
+// one is pending.
+func (v *managedVolume) requeued() {
+	select {
+	case v.requeue <- struct{}{}:
+	default:
+	}
+}
+
+// takeRequeue takes the pending Requeue, if any.
+func (v *managedVolume) takeRequeue() bool {
+	select {
+	case <-v.requeue:
+		return true
+	default:
+		return false
+	}
+}
+
 // startsLoop records that the volume's loop starts; false if it has started already or the
 // volume is closed (flagClosed).
 func (v *managedVolume) startsLoop() bool {
