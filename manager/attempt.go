@@ -36,10 +36,9 @@ import (
 type issueAttempt struct {
 	iss *issuer
 	v   *managedVolume
-	// known is the volume's metadata if the caller read it just before the attempt (a caller
-	// whose volume has no loop yet, so nothing wrote since); nil: the attempt reads it (the loop,
-	// whose own read may predate a wait for the volume's attempt slot).
-	known *metadata.Metadata
+	// meta is the volume's metadata as read just before the attempt: by the loop's turn that
+	// found the volume due, or by a caller whose volume has no loop yet.
+	meta metadata.Metadata
 	// gateOpen: the caller asked the readiness gate already and it said yes.
 	gateOpen bool
 	// tr is the queue worker's registration with Stop; nil for a caller's attempt, which runs
@@ -66,10 +65,10 @@ func (a *issueAttempt) callDriver(f func()) error {
 
 // issue makes the attempt:
 //  1. delete the volume's requests beyond MaxRequestsPerVolume, oldest first;
-//  2. read the metadata, unless the caller did; if this process created (or may have created) a
-//     request of the volume that the informer's cache has not shown yet (see
-//     pendingkeys.Keys.HoldUnseen), settle it (see certrequests.View.Settle) and wait for it: never
-//     a second request for one issuance, whether the create's outcome is unknown or the cache lags;
+//  2. if this process created (or may have created) a request of the volume that the informer's
+//     cache has not shown yet (see pendingkeys.Keys.HoldUnseen), settle it (see
+//     certrequests.View.Settle) and wait for it: never a second request for one issuance, whether
+//     the create's outcome is unknown or the cache lags;
 //  3. resume the newest request if it can be resumed (certrequests.Resumable): with
 //     its private key held (pendingkeys.Keys), wait for it; without, delete it and go on; a request
 //     that cannot be resumed is left alone;
@@ -100,6 +99,9 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if iss.requestsRead != nil {
+		iss.requestsRead()
+	}
 	fromAPIServer := false
 	for len(reqs) > iss.maxRequestsPerVolume {
 		if reqs, fromAPIServer, err = a.deleteRequest(ctx, log, reqs[0], reqs[1:], fromAPIServer); err != nil {
@@ -108,12 +110,7 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	}
 
 	// Step 2.
-	var meta metadata.Metadata
-	if a.known != nil {
-		meta = *a.known
-	} else if meta, err = iss.store.ReadMetadata(v.id); err != nil {
-		return fmt.Errorf("reading metadata: %w", err)
-	}
+	meta := a.meta
 	if holding {
 		settled, err := a.settle(ctx, log, meta, held.Request, held.Created)
 		if err != nil {

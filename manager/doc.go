@@ -175,8 +175,8 @@ limitations under the License.
 //
 // The volume waits on the queue, on one timer of the injected clock, until due; a volume that is
 // not due costs that timer and its loop's state, and nothing else: no goroutine, no reads, no
-// ticks. When it fires, the loop reads the metadata and
-// makes an attempt as above, under a deadline of its own on the injected clock, which is paused
+// ticks. When it fires, the loop reads the metadata and, if the volume is due, makes an attempt
+// as above on what it read, under a deadline of its own on the injected clock, which is paused
 // while the attempt waits for admission. Its outcome picks the next wait:
 //
 //	success                  both backoffs reset; wait until due again (never at once, even if

@@ -48,6 +48,9 @@ type issuer struct {
 	board     *board
 	// outage tells the loops when an apiserver they could not reach is back.
 	outage *outage.Outage
+	// requestsRead, if set, runs in each attempt just after it read the volume's requests from
+	// the cache. Only tests set it, to let the cache catch up at that point.
+	requestsRead func()
 }
 
 // driverFuncs are the driver's functions an attempt calls, every default filled in.

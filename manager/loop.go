@@ -145,7 +145,7 @@ func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqu
 		return l.waitFor(v, s, wait, waitUntilDue)
 	}
 
-	outcome := l.issue(tr, v)
+	outcome := l.issue(tr, v, meta)
 	if errors.Is(outcome, errStopped) {
 		return drop
 	}
@@ -245,9 +245,9 @@ func (l *loops) gateOpens(tr *lifetime.Tracked, v *managedVolume) (open, alive b
 // issue is the loop's attempt: it ends when the volume is unmanaged, the manager stops, or
 // after issueTimeout on the injected clock. Any error once the volume is unmanaged is errStopped:
 // not an issuance failure.
-func (l *loops) issue(tr *lifetime.Tracked, v *managedVolume) error {
+func (l *loops) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Metadata) error {
 	ctx, deadline, end, cancel := attemptContext(l.iss.clock, v)
-	err := (&issueAttempt{iss: l.iss, v: v, tr: tr, deadline: deadline}).run(ctx, end)
+	err := (&issueAttempt{iss: l.iss, v: v, meta: meta, tr: tr, deadline: deadline}).run(ctx, end)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
 	cancel()
@@ -266,7 +266,7 @@ func (l *loops) issue(tr *lifetime.Tracked, v *managedVolume) error {
 func (iss *issuer) issueForCaller(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(v.ctx, func() { cancel(errStopped) })
-	err := (&issueAttempt{iss: iss, v: v, known: &meta, gateOpen: gateOpen}).run(ctx, cancel)
+	err := (&issueAttempt{iss: iss, v: v, meta: meta, gateOpen: gateOpen}).run(ctx, cancel)
 	stop()
 	cancel(nil)
 	iss.board.attemptEnded(v, err, true, 0)

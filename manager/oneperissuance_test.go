@@ -23,7 +23,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,8 +35,6 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/certs"
-	"github.com/cert-manager/csi-lib/metadata"
-	"github.com/cert-manager/csi-lib/storage"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -341,44 +338,25 @@ func (e *env) publishUnseen() (m *Manager, release func(), created cmapi.Certifi
 	return m, release, e.requests()[0], endPublish
 }
 
-// catchingUpReader is a metadata reader that, when armed, runs its hook on the given read: a
-// way into an attempt between its read of the volume's requests and its read of the metadata.
-type catchingUpReader struct {
-	storage.MetadataReader
-	reads atomic.Int32
-	hook  atomic.Pointer[func(read int32)]
-}
-
-func (r *catchingUpReader) ReadMetadata(volumeID string) (metadata.Metadata, error) {
-	if hook := r.hook.Load(); hook != nil {
-		(*hook)(r.reads.Add(1))
-	}
-	return r.MetadataReader.ReadMetadata(volumeID)
-}
-
 // TestTheCacheCatchingUpDuringALookupNeverCostsASecondRequest: the retry of an attempt whose
 // request the informer's cache had not shown reads the volume's requests from the cache before
-// the cache shows that request, and the cache shows it (ending the hold on it) before the retry
-// reads the metadata: the retry still resumes the request, and never creates a second one.
+// the cache shows that request, and the cache shows it (ending the hold on it) just after that
+// read: the retry still resumes the request, and never creates a second one.
 func TestTheCacheCatchingUpDuringALookupNeverCostsASecondRequest(t *testing.T) {
-	reader := &catchingUpReader{}
-	e := newEnv(t, func(o *Options) {
-		reader.MetadataReader = o.MetadataReader
-		o.MetadataReader = reader
-	})
+	e := newEnv(t, nil)
 	m, release, _, endPublish := e.publishUnseen()
 	endPublish()
 
-	// The retry, by the volume's loop: its turn reads the metadata (read 1), its attempt reads
-	// the volume's requests from the cache, then the metadata (read 2), when the cache catches up.
+	// The retry, by the volume's loop: its attempt reads the volume's requests from the cache,
+	// and the cache catches up just after.
 	caughtUp := make(chan bool, 1)
-	hook := func(read int32) {
-		if read == 2 {
+	var once sync.Once
+	m.requestsRead = func() {
+		once.Do(func() {
 			release()
 			caughtUp <- pollFor(func() bool { _, held := m.keys.UnseenRequest("v1"); return !held })
-		}
+		})
 	}
-	reader.hook.Store(&hook)
 	if !m.ManageVolume("v1") {
 		t.Fatal("ManageVolume = false")
 	}
