@@ -408,6 +408,9 @@ type idleResult struct {
 }
 
 func idleScenario(n int, d time.Duration) idleResult {
+	// Let the goroutines of an earlier scenario end first: the heap they free must not count
+	// against this one's.
+	time.Sleep(time.Second)
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
