@@ -50,22 +50,29 @@ func upstreamJSON(meta metadata.Metadata) ([]byte, error) {
 // decodeOnDisk decodes metadata written by encodeOnDisk or by upstream. A file without a
 // "mounted" key (or with null) was written by upstream, before an upgrade or after a rollback:
 // such a volume is mounted exactly when nextIssuanceTime is present (a zero time counts), which
-// was upstream's own rule for resuming a volume. Undecodable bytes wrap ErrInvalidJSON.
+// was upstream's own rule for resuming a volume. Undecodable bytes wrap ErrInvalidJSON, with the
+// error of a decode into metadata.Metadata.
 func decodeOnDisk(raw []byte) (metadata.Metadata, error) {
-	var meta metadata.Metadata
-	if err := json.Unmarshal(raw, &meta); err != nil {
+	var file onDiskFile
+	if err := json.Unmarshal(raw, &file); err != nil {
+		var meta metadata.Metadata
+		if metaErr := json.Unmarshal(raw, &meta); metaErr != nil {
+			err = metaErr
+		}
 		return metadata.Metadata{}, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
 	}
-	var probe struct {
-		Mounted *bool `json:"mounted"`
-	}
-	if err := json.Unmarshal(raw, &probe); err != nil {
-		return metadata.Metadata{}, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
-	}
-	if probe.Mounted != nil {
-		meta.Mounted = *probe.Mounted
+	meta := file.Metadata
+	if file.Mounted != nil {
+		meta.Mounted = *file.Mounted
 	} else {
 		meta.Mounted = meta.NextIssuanceTime != nil
 	}
 	return meta, nil
+}
+
+// onDiskFile is a metadata file's keys for one decode: its Mounted, nearer the top than the
+// embedded Metadata's, takes the "mounted" key, and tells a missing key (or null) from false.
+type onDiskFile struct {
+	metadata.Metadata
+	Mounted *bool `json:"mounted"`
 }
