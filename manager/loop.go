@@ -111,8 +111,8 @@ func (l *loops) process(tr *lifetime.Tracked, v *managedVolume, s loopState, ear
 var drop = workqueue.Next[loopState]{Drop: true}
 
 // turn is one turn of the loop: it reads the volume's metadata (unless known) and, if the volume
-// is due, makes an attempt. It returns what the loop does next: a turn again at once after a
-// success (which reads the metadata anew), or a wait (see waitFor) until due, or after an
+// is due, makes an attempt on it. It returns what the loop does next: a turn again at once after
+// a success (which reads the metadata the driver wrote), or a wait (see waitFor) until due, or after an
 // attempt by the outcome's class (see backoff); a metadata read that failed is retried on the
 // renewal backoff, logged and not counted as an issuance error. A volume whose pod terminates
 // makes no attempt any more: its loop ends, and the volume stays managed until it is unmanaged.
