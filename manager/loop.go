@@ -112,10 +112,11 @@ var drop = workqueue.Next[loopState]{Drop: true}
 
 // turn is one turn of the loop: it reads the volume's metadata (unless known) and, if the volume
 // is due, makes an attempt on it. It returns what the loop does next: a turn again at once after
-// a success (which reads the metadata the driver wrote), or a wait (see waitFor) until due, or after an
-// attempt by the outcome's class (see backoff); a metadata read that failed is retried on the
-// renewal backoff, logged and not counted as an issuance error. A volume whose pod terminates
-// makes no attempt any more: its loop ends, and the volume stays managed until it is unmanaged.
+// a success (which reads the metadata the driver wrote), or a wait (see waitFor) until due, or
+// after an attempt by the outcome's class (see backoff); a metadata read that failed is retried
+// on the renewal backoff, logged and not counted as an issuance error. A volume whose pod
+// terminates makes no attempt any more: its loop ends, and the volume stays managed until it is
+// unmanaged.
 func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqueue.Next[loopState] {
 	iss := l.iss
 	var meta metadata.Metadata
