@@ -149,36 +149,68 @@ func (b *board) attemptStarted(v *managedVolume) {
 	b.metrics.IncrementIssueCallCountTotal(b.nodeHash, v.id)
 }
 
-// attemptEnded logs an attempt's outcome, counts it and shows it. A gate refusal
-// counts as gate-pending; it is an issuance error too only for a caller's attempt (forCaller),
-// whose caller sees it as one. next is when the loop attempts again (unused for a caller's
-// attempt: kubelet retries the publish). A failure of a volume unmanaged meanwhile is logged and
-// counted but not shown.
+// attemptEnded logs an attempt's outcome, counts it and shows it: the volume's state, and an
+// Event on its pod for a failure (saying when the next attempt is due), or once the gate has
+// said "not yet" for GatePendingEventAfter. A gate refusal counts as gate-pending; it is an
+// issuance error too only for a caller's attempt (forCaller), whose caller sees it as one. next
+// is when the loop attempts again (unused for a caller's attempt: kubelet retries the publish).
+// A failure of a volume unmanaged meanwhile is logged and counted but not shown.
 func (b *board) attemptEnded(v *managedVolume, err error, forCaller bool, next time.Duration) {
 	log := v.logger(b.log)
+	gatePending := false
 	switch {
 	case err == nil:
 		log.V(2).Info("Certificate issued")
+		return
 	case errors.Is(err, ErrNotReadyToRequest):
 		log.V(4).Info("Not ready to request a certificate yet", "reason", err.Error())
 		b.metrics.IncrementGatePendingCountTotal(b.nodeHash, v.id)
 		if forCaller {
 			b.metrics.IncrementIssueErrorCountTotal(b.nodeHash, v.id)
 		}
-		b.gatePending(v, gateReason(err))
+		gatePending = true
 	case errors.Is(err, ErrPodTerminating) && v.is(flagTerminating):
 		log.Info("The volume's pod is terminating: no further issuance attempt", "reason", err.Error())
+		return
 	default:
 		log.Error(err, "Issuance attempt failed")
 		b.metrics.IncrementIssueErrorCountTotal(b.nodeHash, v.id)
 		if v.ctx.Err() != nil {
 			return
 		}
-		when := "when kubelet retries the mount"
-		if !forCaller {
-			when = describeDelay(b.clock.Now(), next)
+	}
+
+	now := b.clock.Now()
+	var pendingFor time.Duration
+	gateEventDue := false
+	b.table.update(v, func(s *shownVolume) {
+		if !gatePending {
+			s.status.apply(eventFailed)
+			return
 		}
-		b.attemptFailed(v, err, when)
+		s.status.apply(eventGatePending)
+		if w := b.watch(s); w != nil {
+			if w.gatePendingSince.IsZero() {
+				w.gatePendingSince = now
+			}
+			pendingFor = now.Sub(w.gatePendingSince)
+			gateEventDue = pendingFor >= GatePendingEventAfter && !w.gateEventSent
+			w.gateEventSent = w.gateEventSent || gateEventDue
+		}
+	})
+	switch {
+	case gateEventDue:
+		b.recordEvent(v, corev1.EventTypeNormal, EventReasonReadinessGatePending,
+			"Waiting for the driver's readiness gate for %s: %s", pendingFor.Round(time.Second), gateReason(err))
+	case !gatePending:
+		reason, when := EventReasonCertificateRequestFailed, "when kubelet retries the mount"
+		if errors.Is(err, ErrPermissionDenied) {
+			reason = EventReasonPermissionDenied
+		}
+		if !forCaller {
+			when = describeDelay(now, next)
+		}
+		b.recordEvent(v, corev1.EventTypeWarning, reason, "Issuing the certificate failed: %v; next attempt %s", err, when)
 	}
 }
 
@@ -215,44 +247,6 @@ func (b *board) certificateWritten(v *managedVolume, namespace, name string, not
 	}
 	b.recordEvent(v, corev1.EventTypeNormal, EventReasonCertificateRenewed,
 		"Certificate renewed by CertificateRequest %s/%s; valid until %s", namespace, name, notAfter.UTC().Format(time.RFC3339))
-}
-
-// attemptFailed shows a failed attempt: the status, and a CertificateRequestFailed event
-// saying when the next attempt is due.
-func (b *board) attemptFailed(v *managedVolume, err error, next string) {
-	b.table.update(v, func(s *shownVolume) {
-		s.status.apply(eventFailed)
-	})
-	reason := EventReasonCertificateRequestFailed
-	if errors.Is(err, ErrPermissionDenied) {
-		reason = EventReasonPermissionDenied
-	}
-	b.recordEvent(v, corev1.EventTypeWarning, reason, "Issuing the certificate failed: %v; next attempt %s", err, next)
-}
-
-// gatePending shows that the gate said "not yet", and records the ReadinessGatePending event
-// once the gate has said so for GatePendingEventAfter.
-func (b *board) gatePending(v *managedVolume, reason string) {
-	now := b.clock.Now()
-	var since time.Duration
-	send := false
-	b.table.update(v, func(s *shownVolume) {
-		s.status.apply(eventGatePending)
-		if w := b.watch(s); w != nil {
-			if w.gatePendingSince.IsZero() {
-				w.gatePendingSince = now
-			}
-			since = now.Sub(w.gatePendingSince)
-			send = since >= GatePendingEventAfter && !w.gateEventSent
-			if send {
-				w.gateEventSent = true
-			}
-		}
-	})
-	if send {
-		b.recordEvent(v, corev1.EventTypeNormal, EventReasonReadinessGatePending,
-			"Waiting for the driver's readiness gate for %s: %s", since.Round(time.Second), reason)
-	}
 }
 
 // describeDelay says when an attempt is due, for event messages.

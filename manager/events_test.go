@@ -17,7 +17,9 @@ limitations under the License.
 package manager
 
 import (
+	"context"
 	"crypto"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -240,6 +242,58 @@ func TestReadinessGatePendingEventAfterThreshold(t *testing.T) {
 	}
 	if n := count(events, EventReasonCertificateRequestFailed); n != 0 {
 		t.Fatal("a closed gate produced failure events")
+	}
+}
+
+// TestAFailedPublishIsShownUnlessUnmanaged: a publish's failed attempt is counted, shown as
+// failing and told on the pod, whose next attempt is kubelet's retry; a publish's attempt that
+// fails after its volume was unmanaged is counted and logged, but neither shown nor told.
+func TestAFailedPublishIsShownUnlessUnmanaged(t *testing.T) {
+	e, rec := eventEnv(t)
+	unmanaged := make(chan struct{})
+	keygenEntered := make(chan struct{}, 1)
+	keygen := e.opts.GeneratePrivateKey
+	e.opts.GeneratePrivateKey = func(meta metadata.Metadata) (crypto.PrivateKey, error) {
+		if meta.VolumeID == "v2" {
+			keygenEntered <- struct{}{}
+			<-unmanaged
+			return nil, errors.New("keygen broken")
+		}
+		return keygen(meta)
+	}
+	e.register("v1", false)
+	e.register("v2", false)
+	m := e.start()
+	e.failKeygen.Store(true)
+
+	if managed, err := m.ManageVolumeImmediate(context.Background(), "v1"); !managed || err == nil {
+		t.Fatalf("ManageVolumeImmediate(v1) = %v, %v; want true and the keygen's error", managed, err)
+	}
+	failed := nextEvent(t, rec, EventReasonCertificateRequestFailed)
+	if !strings.Contains(failed, "keygen broken") || !strings.Contains(failed, "next attempt when kubelet retries the mount") {
+		t.Fatalf("failed event = %q", failed)
+	}
+	if got := e.states(); got["failing"] != 1 {
+		t.Fatalf("states after the failed publish = %v; want v1 failing", got)
+	}
+	m.UnmanageVolume("v1")
+
+	publish := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(context.Background(), "v2"); publish <- err }()
+	<-keygenEntered
+	m.UnmanageVolume("v2")
+	close(unmanaged)
+	if err := <-publish; err == nil {
+		t.Fatal("the publish of v2 succeeded")
+	}
+	if n := e.counter("certmanager_csi_issue_errors_total", "v2"); n != 1 {
+		t.Fatalf("issue errors of v2 = %v, want 1", n)
+	}
+	if n := count(drain(rec), EventReasonCertificateRequestFailed); n != 0 {
+		t.Fatalf("%d failure events for the unmanaged v2", n)
+	}
+	if got := e.states(); got["failing"] != 0 {
+		t.Fatalf("states after v2's failure = %v; want nothing failing", got)
 	}
 }
 
