@@ -374,7 +374,7 @@ func (m *Manager) issueFirst(ctx context.Context, v *managedVolume, meta metadat
 		m.startLoop(v, &meta)
 		return nil
 	}
-	if err := m.issueForCaller(ctx, v, meta, gateOpen); err != nil {
+	if err := m.issuer.issueForCaller(ctx, v, meta, gateOpen); err != nil {
 		return err
 	}
 	m.startLoop(v, nil)
