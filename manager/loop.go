@@ -26,6 +26,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/internal/lifetime"
+	"github.com/cert-manager/csi-lib/internal/outage"
 	"github.com/cert-manager/csi-lib/internal/workqueue"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
@@ -64,8 +65,8 @@ type loopState struct {
 	// asked again; left is what remains of the gate wait after this step.
 	polling bool
 	left    time.Duration
-	// outageOver is closed when the outage that failed the last attempt ends.
-	outageOver <-chan struct{}
+	// outage is the outage that failed the last attempt.
+	outage outage.ID
 	// known is the volume's metadata, just read, for the loop's first turn; nil: the turn reads
 	// it.
 	known *metadata.Metadata
@@ -184,7 +185,7 @@ func (l *loops) backoff(s *loopState, outcome error) (time.Duration, waitKind) {
 	s.gate = l.schedule.gate
 	delay := s.renewal.Step()
 	if apicall.Unreachable(outcome) {
-		s.outageOver = l.iss.outage.Noticed()
+		s.outage = l.iss.outage.Noticed()
 		return delay, waitAfterOutage
 	}
 	return delay, waitAfterError

@@ -362,8 +362,8 @@ func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
 }
 
 // outageEnded ends the waits of the loops whose attempt failed in the outage that ended.
-func (m *Manager) outageEnded(over <-chan struct{}) {
-	m.queue.WakeAll(func(s loopState) bool { return s.wait == waitAfterOutage && s.outageOver == over })
+func (m *Manager) outageEnded(id outage.ID) {
+	m.queue.WakeAll(func(s loopState) bool { return s.wait == waitAfterOutage && s.outage == id })
 }
 
 // issueFirst makes one attempt on the caller's goroutine for a just-registered volume whose

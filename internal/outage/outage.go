@@ -47,36 +47,39 @@ type Outage struct {
 	// probe asks the apiserver something cheap; nil error: it answered.
 	probe func(ctx context.Context) error
 	life  *lifetime.Lifetime
-	// ended is told of each outage that ends, by the channel Noticed returned for it.
-	ended func(over <-chan struct{})
+	// ended is told of each outage that ends, by the ID Noticed returned for it.
+	ended func(ID)
 
 	mu      sync.Mutex
 	probing bool
-	over    chan struct{} // closed when the outage being probed ends
+	current ID // the outage being probed, or the next one
 }
+
+// ID names an outage: the failures Noticed during one outage get the same ID, and ended is told
+// it when that outage ends.
+type ID uint64
 
 // New returns an Outage that probes with probe, on goroutines of life. ended, if not nil, is
-// called when an outage ends, after its channel (see Noticed) is closed.
-func New(clk clock.Clock, probe func(ctx context.Context) error, life *lifetime.Lifetime, ended func(over <-chan struct{})) *Outage {
-	return &Outage{clock: clk, probe: probe, life: life, ended: ended, over: make(chan struct{})}
+// called with an outage's ID when the outage ends.
+func New(clk clock.Clock, probe func(ctx context.Context) error, life *lifetime.Lifetime, ended func(ID)) *Outage {
+	return &Outage{clock: clk, probe: probe, life: life, ended: ended}
 }
 
-// Noticed records a failure to reach the apiserver and returns a channel that is closed when the
-// outage ends; it starts probing the apiserver unless a probe is running.
-func (o *Outage) Noticed() <-chan struct{} {
+// Noticed records a failure to reach the apiserver and returns the ID of the outage it belongs
+// to; it starts probing the apiserver unless a probe is running.
+func (o *Outage) Noticed() ID {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	over := o.over
 	if o.probing {
-		return over
+		return o.current
 	}
 	tr := o.life.Track()
 	if tr == nil {
-		return over
+		return o.current
 	}
 	o.probing = true
 	go o.probeUntilBack(tr)
-	return over
+	return o.current
 }
 
 // probeUntilBack probes the apiserver at once and then every ProbeInterval until it
@@ -91,14 +94,13 @@ func (o *Outage) probeUntilBack(tr *lifetime.Tracked) {
 		if err == nil {
 			o.mu.Lock()
 			o.probing = false
-			over := o.over
+			id := o.current
 			if confirmed {
-				close(o.over)
-				o.over = make(chan struct{})
+				o.current++
 			}
 			o.mu.Unlock()
 			if confirmed && o.ended != nil {
-				o.ended(over)
+				o.ended(id)
 			}
 			return
 		}

@@ -32,11 +32,11 @@ import (
 type probes struct {
 	calls   chan struct{}
 	answers chan error
-	ended   chan (<-chan struct{})
+	ended   chan ID
 }
 
 func newProbes() *probes {
-	return &probes{calls: make(chan struct{}), answers: make(chan error), ended: make(chan (<-chan struct{}), 1)}
+	return &probes{calls: make(chan struct{}), answers: make(chan error), ended: make(chan ID, 1)}
 }
 
 func (p *probes) probe(context.Context) error {
@@ -44,17 +44,18 @@ func (p *probes) probe(context.Context) error {
 	return <-p.answers
 }
 
-// noticed is an Outage on a fake clock, told of a failure; its first probe has been called and
-// waits for its answer on p.answers. The outages its ended hook is told of go to p.ended.
-func noticed(t *testing.T) (*testclock.FakeClock, *probes, *Outage, <-chan struct{}) {
+// noticed is an Outage on a fake clock, told of a failure, whose ID it returns; its first probe
+// has been called and waits for its answer on p.answers. The outages its ended hook is told of
+// go to p.ended.
+func noticed(t *testing.T) (*testclock.FakeClock, *probes, *Outage, ID) {
 	clk := testclock.NewFakeClock(time.Now())
 	life := lifetime.New()
 	t.Cleanup(life.End)
 	p := newProbes()
-	o := New(clk, p.probe, life, func(over <-chan struct{}) { p.ended <- over })
-	over := o.Noticed()
+	o := New(clk, p.probe, life, func(id ID) { p.ended <- id })
+	id := o.Noticed()
 	<-p.calls
-	return clk, p, o, over
+	return clk, p, o, id
 }
 
 // waitForTimer yields until the probing goroutine has armed its timer on clk.
@@ -64,15 +65,25 @@ func waitForTimer(clk *testclock.FakeClock) {
 	}
 }
 
-// TestAnOutageEndsWhenAProbeAnswersAfterOneFailed: the channel Noticed returns closes once a probe
-// answers after one failed, and not before, and New's ended hook is then told of that channel;
-// probes repeat every ProbeInterval on the clock, and a second Noticed during the outage shares
-// the first's probe and channel.
+// notEnded fails the test if the ended hook was told of an outage.
+func notEnded(t *testing.T, p *probes, why string) {
+	t.Helper()
+	select {
+	case <-p.ended:
+		t.Fatal(why)
+	default:
+	}
+}
+
+// TestAnOutageEndsWhenAProbeAnswersAfterOneFailed: New's ended hook is told of the outage's ID
+// once a probe answers after one failed, and not before; probes repeat every ProbeInterval on
+// the clock; a second Noticed during the outage shares the first's probe and ID, and a failure
+// after the outage ended belongs to another.
 func TestAnOutageEndsWhenAProbeAnswersAfterOneFailed(t *testing.T) {
-	clk, p, o, over := noticed(t)
+	clk, p, o, id := noticed(t)
 	p.answers <- errors.New("connection refused")
 	waitForTimer(clk)
-	if o.Noticed() != over || !o.Probing() {
+	if o.Noticed() != id || !o.Probing() {
 		t.Fatal("a second Noticed during the outage did not share the running probe")
 	}
 	clk.Step(ProbeInterval - time.Nanosecond)
@@ -83,34 +94,34 @@ func TestAnOutageEndsWhenAProbeAnswersAfterOneFailed(t *testing.T) {
 	}
 	clk.Step(time.Nanosecond)
 	<-p.calls
-	select {
-	case <-over:
-		t.Fatal("the outage ended before a probe answered")
-	default:
-	}
+	notEnded(t, p, "the outage ended before a probe answered")
 	p.answers <- nil
-	<-over
-	if ended := <-p.ended; ended != over {
-		t.Error("the ended hook was told of another channel than the outage's")
+	if ended := <-p.ended; ended != id {
+		t.Errorf("the ended hook was told of outage %d, want %d", ended, id)
 	}
-	if o.Probing() {
-		t.Error("still probing after the apiserver answered")
+	for o.Probing() {
+		runtime.Gosched()
 	}
+	if next := o.Noticed(); next == id {
+		t.Error("a failure after the outage ended got the ended outage's ID")
+	}
+	<-p.calls
+	p.answers <- nil
 }
 
 // TestAFailureTheFirstProbeContradictsWasNoOutage: when the first probe answers, the failure was
-// not an outage: the channel stays open (its waiter waits its backoff in full).
+// not an outage: nothing is told it ended (its loop waits its backoff in full), and the next
+// failure belongs to the same outage.
 func TestAFailureTheFirstProbeContradictsWasNoOutage(t *testing.T) {
-	_, p, o, over := noticed(t)
+	_, p, o, id := noticed(t)
 	p.answers <- nil
 	for o.Probing() {
 		runtime.Gosched()
 	}
-	select {
-	case <-over:
-		t.Fatal("a failure the first probe contradicted ended an outage")
-	case <-p.ended:
-		t.Fatal("a failure the first probe contradicted was reported as an outage that ended")
-	default:
+	notEnded(t, p, "a failure the first probe contradicted was reported as an outage that ended")
+	if next := o.Noticed(); next != id {
+		t.Errorf("the next failure belongs to outage %d, want %d", next, id)
 	}
+	<-p.calls
+	p.answers <- nil
 }
