@@ -46,7 +46,8 @@ type issuer struct {
 	keys      *pendingkeys.Keys
 	admission *admission.Limits
 	board     *board
-	// outage tells the loops when an apiserver they could not reach is back.
+	// outage tells the loops when an apiserver they could not reach is back; nil with
+	// Options.DisableOutageProbe.
 	outage *outage.Outage
 	// requestsRead, if set, runs in each attempt just after it read the volume's requests from
 	// the cache. Only tests set it, to let the cache catch up at that point.

@@ -184,7 +184,7 @@ func (l *loops) backoff(s *loopState, outcome error) (time.Duration, waitKind) {
 	}
 	s.gate = l.schedule.gate
 	delay := s.renewal.Step()
-	if apicall.Unreachable(outcome) {
+	if apicall.Unreachable(outcome) && l.iss.outage != nil {
 		s.outage = l.iss.outage.Noticed()
 		return delay, waitAfterOutage
 	}

@@ -26,10 +26,14 @@ import (
 	"testing"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
 var (
@@ -40,7 +44,7 @@ var (
 // newView is a View on a fake clientset, not started.
 func newView(t *testing.T) *View {
 	t.Helper()
-	v, err := New(fake.NewClientset(), testclock.NewFakeClock(time.Now()), "node-hash", func(string) {}, func(string) {})
+	v, err := New(fake.NewClientset(), testclock.NewFakeClock(time.Now()), "node-hash", true, func(string) {}, func(string) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,5 +101,45 @@ func TestCreateOutcomeUnknown(t *testing.T) {
 		if got := CreateOutcomeUnknown(tc.err); got != tc.want {
 			t.Errorf("%s: CreateOutcomeUnknown = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// While the informer's watch is suspect a wait reads its request from the apiserver every
+// DirectReadInterval; a View made without fallback reads relies on the informer alone. The watch
+// is suspect before the wait starts and stays so, and the wait's context ends it: its first look,
+// which runs before it can see that end, decides whether it sets the direct read's timer.
+func TestFallbackReadsOnlyWhenAsked(t *testing.T) {
+	for _, fallback := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fallback reads %v", fallback), func(t *testing.T) {
+			client := fake.NewClientset()
+			clk := testkit.NewRecordingClock(time.Now())
+			v, err := New(client, clk, "node-hash", fallback, func(string) {}, func(string) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if err := v.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			v.suspectWatch()
+			waitCtx, endWait := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, _, err := v.Wait(waitCtx, &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r"}})
+				done <- err
+			}()
+			endWait()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the wait ended with %v, want its context's end", err)
+			}
+			directRead := false
+			for len(clk.Timers) > 0 {
+				directRead = directRead || <-clk.Timers == DirectReadInterval
+			}
+			if directRead != fallback {
+				t.Fatalf("the wait set a direct read's timer: %v, want %v", directRead, fallback)
+			}
+		})
 	}
 }

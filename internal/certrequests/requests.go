@@ -94,7 +94,9 @@ type View struct {
 	// come through one. Waiters then read their request from the apiserver, within
 	// directReads.
 	watchSuspect bool
-	directReads  *rate.Limiter
+	// fallbackReads: a wait reads its request from the apiserver while the watch is suspect.
+	fallbackReads bool
+	directReads   *rate.Limiter
 	// informerRefused holds, by verb (list, watch), the apiserver's refusal of the informer's
 	// last call of that verb; a call that succeeds clears its verb. accessChanged is closed, and
 	// replaced, whenever it changes.
@@ -104,17 +106,19 @@ type View struct {
 
 // New sets up the informer on the node's requests (those labelled with nodeHash); Start runs
 // it. seen and deleted are called with the key (see Key) of every request the informer adds or
-// updates, and deletes.
-func New(client cmclient.Interface, clk clock.Clock, nodeHash string, seen, deleted func(reqKey string)) (*View, error) {
+// updates, and deletes. fallbackReads: a wait reads its request from the apiserver while the
+// informer's watch is suspect (see Wait); false, it relies on the informer alone.
+func New(client cmclient.Interface, clk clock.Clock, nodeHash string, fallbackReads bool, seen, deleted func(reqKey string)) (*View, error) {
 	r := &View{
-		client:      client,
-		clock:       clk,
-		nodeHash:    nodeHash,
-		seen:        seen,
-		deleted:     deleted,
-		created:     make(map[string]uint64),
-		watchers:    make(map[string]map[chan struct{}]struct{}),
-		directReads: rate.NewLimiter(directReadRate, directReadBurst),
+		client:        client,
+		clock:         clk,
+		nodeHash:      nodeHash,
+		seen:          seen,
+		deleted:       deleted,
+		created:       make(map[string]uint64),
+		watchers:      make(map[string]map[chan struct{}]struct{}),
+		fallbackReads: fallbackReads,
+		directReads:   rate.NewLimiter(directReadRate, directReadBurst),
 
 		informerRefused: make(map[string]error),
 		accessChanged:   make(chan struct{}),

@@ -50,7 +50,8 @@ func (e *waitError) Unwrap() error { return e.cause }
 // at once. The wait reacts to informer events; a request not yet in the cache is waited for, and
 // a cache error other than "not found" is retried after cacheRetryInterval. While the informer's
 // watch is suspect (see watchSuspect) it also reads the request from the apiserver every
-// DirectReadInterval, so that a broken watch never holds a signed certificate back. A request
+// DirectReadInterval, unless the View was made without fallback reads, so that a broken watch
+// never holds a signed certificate back. A request
 // that the cache showed and then lost, or that a direct read no longer finds, was deleted. When
 // ctx ends the error is a *waitError naming the last state seen.
 func (r *View) Wait(ctx context.Context, read *cmapi.CertificateRequest) (req *cmapi.CertificateRequest, finished bool, err error) {
@@ -94,7 +95,7 @@ func (r *View) Wait(ctx context.Context, read *cmapi.CertificateRequest) (req *c
 			defer t.Stop()
 			retry = t.C()
 		}
-		switch suspect := r.WatchSuspect() && !directRefused; {
+		switch suspect := r.fallbackReads && r.WatchSuspect() && !directRefused; {
 		case suspect && pollTimer == nil:
 			pollTimer = r.clock.NewTimer(DirectReadInterval)
 			poll = pollTimer.C()
