@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
+	"github.com/cert-manager/csi-lib/internal/csilibdebug"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
 )
@@ -169,17 +170,19 @@ func TestOptionsTableMatchesTheCode(t *testing.T) {
 			}
 			return startsWith("`AlwaysReadyToRequest`")(cell)
 		},
-		"RenewalBackoffConfig":     startsWith(backoffText(done.RenewalBackoffConfig)),
-		"GateBackoffConfig":        startsWith(backoffText(done.GateBackoffConfig)),
-		"GatePollInterval":         startsWith(strconv.Itoa(int(done.GatePollInterval)) + " (off"),
-		"Metrics":                  nilDefault(done.Metrics == nil, "none"),
-		"RenewalJitter":            startsWith(strconv.FormatFloat(done.RenewalJitter, 'g', -1, 64) + " (off)"),
-		"MaxConcurrentIssuances":   startsWith(fmt.Sprintf("%d (`DefaultMaxConcurrentIssuances`)", done.MaxConcurrentIssuances)),
-		"IssuanceRateLimit":        nilDefault(done.IssuanceRateLimit == nil, "nil"),
-		"PodCondition":             nilDefault(done.PodCondition == nil, "nil"),
-		"EventRecorder":            nilDefault(done.EventRecorder == nil, "none"),
-		"DisableOriginAnnotations": startsWith(strconv.FormatBool(done.DisableOriginAnnotations)),
-		"DisableAccessCheck":       startsWith(strconv.FormatBool(done.DisableAccessCheck)),
+		"RenewalBackoffConfig":      startsWith(backoffText(done.RenewalBackoffConfig)),
+		"GateBackoffConfig":         startsWith(backoffText(done.GateBackoffConfig)),
+		"GatePollInterval":          startsWith(strconv.Itoa(int(done.GatePollInterval)) + " (off"),
+		"Metrics":                   nilDefault(done.Metrics == nil, "none"),
+		"RenewalJitter":             startsWith(strconv.FormatFloat(done.RenewalJitter, 'g', -1, 64) + " (off)"),
+		"MaxConcurrentIssuances":    startsWith(fmt.Sprintf("%d (`DefaultMaxConcurrentIssuances`)", done.MaxConcurrentIssuances)),
+		"IssuanceRateLimit":         nilDefault(done.IssuanceRateLimit == nil, "nil"),
+		"PodCondition":              nilDefault(done.PodCondition == nil, "nil"),
+		"EventRecorder":             nilDefault(done.EventRecorder == nil, "none"),
+		"DisableOriginAnnotations":  startsWith(strconv.FormatBool(done.DisableOriginAnnotations)),
+		"DisableAccessCheck":        startsWith(strconv.FormatBool(done.DisableAccessCheck)),
+		"DisableOutageProbe":        startsWith(strconv.FormatBool(done.DisableOutageProbe)),
+		"DisableWatchFallbackReads": startsWith(strconv.FormatBool(done.DisableWatchFallbackReads)),
 	}
 	if done.MaxConcurrentIssuances != DefaultMaxConcurrentIssuances {
 		t.Errorf("complete() gives MaxConcurrentIssuances %d, not DefaultMaxConcurrentIssuances", done.MaxConcurrentIssuances)
@@ -228,20 +231,44 @@ func TestUpgradingTableMatchesTheCode(t *testing.T) {
 		}
 	}
 	setting := regexp.MustCompile("([A-Z][A-Za-z]+): [^`}]+")
-	restorers := 0
+	operatorSetting := regexp.MustCompile("^`([a-z]+)=0`$")
+	switches := map[string]bool{}
 	for _, row := range rows {
-		if len(row) != 4 {
-			t.Fatalf("docs/upgrading.md: a row with %d cells, want 4: %q", len(row), row)
+		if len(row) != 5 {
+			t.Fatalf("docs/upgrading.md: a row with %d cells, want 5: %q", len(row), row)
 		}
-		for _, m := range setting.FindAllStringSubmatch(row[3], -1) {
-			restorers++
-			if !fields[m[1]] {
-				t.Errorf("docs/upgrading.md names %q to restore upstream, which is no option field", m[1])
+		options := setting.FindAllStringSubmatch(row[3], -1)
+		sw := operatorSetting.FindStringSubmatch(row[4])
+		switch {
+		case len(options) == 0 && row[4] == "none":
+			continue
+		case len(options) != 1 || sw == nil:
+			t.Errorf("docs/upgrading.md: a row names %d options and the switch %q; want one option and its `name=0`, or none and none: %q", len(options), row[4], row[0])
+			continue
+		}
+		field := options[0][1]
+		if !fields[field] {
+			t.Errorf("docs/upgrading.md names %q to restore upstream, which is no option field", field)
+		}
+		var s *csilibdebug.Setting
+		for i := range csilibdebug.Settings {
+			if csilibdebug.Settings[i].Name == sw[1] {
+				s = &csilibdebug.Settings[i]
 			}
 		}
+		if s == nil {
+			t.Errorf("docs/upgrading.md names the switch %s, which CSILIBDEBUG does not have", row[4])
+			continue
+		}
+		if !strings.HasSuffix(s.Option, "."+field) {
+			t.Errorf("docs/upgrading.md pairs %s with the option %s; the code pairs it with %s", row[4], field, s.Option)
+		}
+		switches[s.Name] = true
 	}
-	if restorers < 4 {
-		t.Errorf("docs/upgrading.md's table names %d options that restore upstream, want at least 4", restorers)
+	for _, s := range csilibdebug.Settings {
+		if !switches[s.Name] {
+			t.Errorf("docs/upgrading.md's table has no row for the CSILIBDEBUG setting %s (%s)", s.Name, s.Option)
+		}
 	}
 
 	cell := func(prefix string) string {

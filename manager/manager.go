@@ -30,6 +30,7 @@ import (
 	"github.com/cert-manager/csi-lib/internal/admission"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
+	"github.com/cert-manager/csi-lib/internal/csilibdebug"
 	"github.com/cert-manager/csi-lib/internal/lifetime"
 	"github.com/cert-manager/csi-lib/internal/outage"
 	"github.com/cert-manager/csi-lib/internal/pendingkeys"
@@ -69,12 +70,20 @@ type Manager struct {
 // A volume whose metadata cannot be read is logged and skipped.
 func NewManager(opts Options) (*Manager, error) {
 	ownCreates := opts.ClientForMetadata == nil
+	maxInCode := opts.MaxConcurrentIssuances
 	opts, err := opts.complete()
 	if err != nil {
 		return nil, err
 	}
+	operatorRaw, operator, err := csilibdebug.FromEnvironment()
+	if err != nil {
+		return nil, err
+	}
+	opts, settingsTaken := opts.withOperatorSettings(operator, maxInCode)
 	nodeHash := util.HashIdentifier(opts.NodeID)
 	log := opts.Log.WithName("manager")
+	log.Info("Behaviours that differ from upstream v0.12.0: 1 on, 0 off as upstream (docs/upgrading.md)",
+		append([]any{csilibdebug.EnvironmentVariable, operatorRaw}, settingsTaken...)...)
 	m := &Manager{
 		issuer: issuer{
 			log:                  log,
@@ -102,8 +111,10 @@ func NewManager(opts Options) (*Manager, error) {
 		limits.PerSecond, limits.Burst = rl.PerSecond, rl.Burst
 	}
 	m.admission = admission.New(limits)
-	m.outage = outage.New(opts.Clock, outage.APIServerProbe(opts.Client), m.life, m.outageEnded)
-	if m.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.keys.Seen, m.keys.RequestDeleted); err != nil {
+	if !opts.DisableOutageProbe {
+		m.outage = outage.New(opts.Clock, outage.APIServerProbe(opts.Client), m.life, m.outageEnded)
+	}
+	if m.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, !opts.DisableWatchFallbackReads, m.keys.Seen, m.keys.RequestDeleted); err != nil {
 		m.life.End()
 		return nil, err
 	}

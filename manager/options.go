@@ -20,6 +20,7 @@ import (
 	"crypto"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/cert-manager/csi-lib/internal/csilibdebug"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
@@ -198,6 +200,23 @@ type Options struct {
 	// account may create one. True: no review is sent, as upstream.
 	DisableAccessCheck bool
 
+	// DisableOutageProbe turns off the outage probe. By default, once an attempt fails because
+	// the apiserver cannot be reached (a refused or broken connection), the manager asks the
+	// apiserver for /version (a GET that every client may make) at once and then every 500 ms on
+	// Clock, one probe at a time per node, until it answers; the loops whose attempts failed in
+	// that outage then attempt again at once instead of at the end of their renewal backoff
+	// step. True: no probe, as upstream: such a loop waits out its step.
+	DisableOutageProbe bool
+
+	// DisableWatchFallbackReads turns off the reads by name that stand in for a broken watch. By
+	// default, while the informer's watch of the node's requests is suspect (its stream ended or
+	// could not be opened, or a call found the apiserver unreachable, and no watch has opened or
+	// delivered an event since), an attempt waiting for its request to be signed reads that
+	// request from the apiserver every 500 ms on Clock (a list that selects its name; at most 50
+	// such reads a second per node), so that a broken watch never holds a signed certificate
+	// back. True: a wait relies on the informer alone, as upstream.
+	DisableWatchFallbackReads bool
+
 	// PodCondition, when set, keeps a condition of the given type on the status of each pod
 	// with volumes managed here: True while each of them holds a certificate that is not past
 	// its NotAfter less PodCondition.ExpiryMargin (see PodCondition). Default (nil): no condition, no pod is read or written.
@@ -275,6 +294,36 @@ func (o Options) complete() (Options, error) {
 	o.RenewalBackoffConfig = copyBackoff(o.RenewalBackoffConfig, DefaultRenewalBackoff())
 	o.GateBackoffConfig = copyBackoff(o.GateBackoffConfig, DefaultGateBackoff())
 	return o, nil
+}
+
+// withOperatorSettings returns o, completed, with the operator's CSILIBDEBUG settings applied
+// where the driver's code left the option alone (maxInCode is the MaxConcurrentIssuances the
+// driver set, before complete), and the value each setting took, as key-value pairs to log.
+func (o Options) withOperatorSettings(operator csilibdebug.Values, maxInCode int) (Options, []any) {
+	var taken []any
+	if maxInCode != 0 && maxInCode != UnlimitedConcurrentIssuances {
+		taken = append(taken, csilibdebug.IssuanceLimit, fmt.Sprintf("%d (manager.Options.MaxConcurrentIssuances)", maxInCode))
+	} else {
+		off, logged := operator.Off(csilibdebug.IssuanceLimit, maxInCode == UnlimitedConcurrentIssuances)
+		if off {
+			o.MaxConcurrentIssuances = UnlimitedConcurrentIssuances
+		}
+		taken = append(taken, csilibdebug.IssuanceLimit, logged)
+	}
+	for _, s := range []struct {
+		name    string
+		disable *bool
+	}{
+		{csilibdebug.OriginAnnotations, &o.DisableOriginAnnotations},
+		{csilibdebug.AccessCheck, &o.DisableAccessCheck},
+		{csilibdebug.OutageProbe, &o.DisableOutageProbe},
+		{csilibdebug.WatchFallbackReads, &o.DisableWatchFallbackReads},
+	} {
+		var logged string
+		*s.disable, logged = operator.Off(s.name, *s.disable)
+		taken = append(taken, s.name, logged)
+	}
+	return o, taken
 }
 
 func copyBackoff(b *wait.Backoff, def wait.Backoff) *wait.Backoff {

@@ -28,6 +28,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/mount-utils"
 
+	"github.com/cert-manager/csi-lib/internal/csilibdebug"
 	"github.com/cert-manager/csi-lib/internal/keylock"
 	"github.com/cert-manager/csi-lib/metadata"
 )
@@ -66,7 +67,9 @@ type FilesystemOptions struct {
 	// Default: the operating system's mounter, mount.New("").
 	Mounter mount.Interface
 
-	// SkipSweep disables the start-up sweep. Default false: sweep once before returning.
+	// SkipSweep disables the start-up sweep. Default false: sweep once before returning. An
+	// operator skips it without a rebuild with CSILIBDEBUG=startupsweep=0 (docs/upgrading.md);
+	// true here wins over the variable.
 	SkipSweep bool
 }
 
@@ -123,8 +126,15 @@ func NewFilesystem(log logr.Logger, baseDir string) (*Filesystem, error) {
 	return NewFilesystemWithOptions(log, baseDir, FilesystemOptions{})
 }
 
-// NewFilesystemWithOptions is NewFilesystem with options; see FilesystemOptions.
+// NewFilesystemWithOptions is NewFilesystem with options; see FilesystemOptions. It reads the
+// environment variable CSILIBDEBUG for its startupsweep setting, and fails, touching nothing,
+// when the variable holds anything it does not know.
 func NewFilesystemWithOptions(log logr.Logger, baseDir string, opts FilesystemOptions) (*Filesystem, error) {
+	_, operator, err := csilibdebug.FromEnvironment()
+	if err != nil {
+		return nil, err
+	}
+	skipSweep, sweepTaken := operator.Off(csilibdebug.StartupSweep, opts.SkipSweep)
 	absBase, err := filepath.Abs(baseDir)
 	if err != nil {
 		return nil, fmt.Errorf("resolving base directory %q: %w", baseDir, err)
@@ -147,7 +157,8 @@ func NewFilesystemWithOptions(log logr.Logger, baseDir string, opts FilesystemOp
 			return nil, err
 		}
 	}
-	if !opts.SkipSweep {
+	log.Info("Start-up sweep of never-published volumes: 1 on, 0 off as upstream (docs/upgrading.md)", csilibdebug.StartupSweep, sweepTaken)
+	if !skipSweep {
 		f.state.startupSweep = f.Sweep()
 	}
 	return f, nil

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,6 +31,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"k8s.io/mount-utils"
 
+	"github.com/cert-manager/csi-lib/internal/csilibdebug"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -298,26 +300,55 @@ func TestNewFilesystemSweepsAndSurvivesBadVolumes(t *testing.T) {
 	}
 }
 
-// TestSkipSweepLeavesEveryVolume: with SkipSweep, a new store removes nothing, not even a volume
-// whose publish never succeeded, and reports an empty start-up sweep; the default sweeps it.
+// TestSkipSweepLeavesEveryVolume: with SkipSweep, or with the operator's CSILIBDEBUG setting
+// startupsweep=0, a new store removes nothing, not even a volume whose publish never succeeded,
+// and reports an empty start-up sweep; the default sweeps it, and so does startupsweep=1.
 func TestSkipSweepLeavesEveryVolume(t *testing.T) {
+	for way, skip := range map[string]func(t *testing.T, o *FilesystemOptions){
+		"SkipSweep":   func(_ *testing.T, o *FilesystemOptions) { o.SkipSweep = true },
+		"CSILIBDEBUG": func(t *testing.T, _ *FilesystemOptions) { t.Setenv(csilibdebug.EnvironmentVariable, "startupsweep=0") },
+		"SkipSweep wins startupsweep=1": func(t *testing.T, o *FilesystemOptions) {
+			o.SkipSweep = true
+			t.Setenv(csilibdebug.EnvironmentVariable, "startupsweep=1")
+		},
+	} {
+		t.Run(way, func(t *testing.T) {
+			base := t.TempDir()
+			fs := newPlainFilesystem(t, base)
+			if _, err := fs.RegisterMetadata(testMeta("never")); err != nil {
+				t.Fatal(err)
+			}
+			opts := FilesystemOptions{PlainDirectory: true, Mounter: mount.NewFakeMounter(nil)}
+			skip(t, &opts)
+			skipping, err := NewFilesystemWithOptions(testr.New(t), base, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := skipping.ReadMetadata("never"); err != nil {
+				t.Fatalf("the skipped sweep removed a never-mounted volume: %v", err)
+			}
+			if res := skipping.StartupSweep(); len(res.RemovedNeverMounted) != 0 || res.Kept != 0 {
+				t.Fatalf("the skipped sweep reports a sweep: %+v", res)
+			}
+			t.Setenv(csilibdebug.EnvironmentVariable, "startupsweep=1")
+			sweeping := newPlainFilesystem(t, base)
+			if _, err := sweeping.ReadMetadata("never"); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("the default sweep kept a never-mounted volume: %v", err)
+			}
+		})
+	}
+}
+
+// TestBadCSILIBDEBUGFailsNewFilesystem: a value the store does not know fails its constructor,
+// naming it, before anything is created or swept.
+func TestBadCSILIBDEBUGFailsNewFilesystem(t *testing.T) {
 	base := t.TempDir()
-	fs := newPlainFilesystem(t, base)
-	if _, err := fs.RegisterMetadata(testMeta("never")); err != nil {
-		t.Fatal(err)
+	t.Setenv(csilibdebug.EnvironmentVariable, "startupsweep=no")
+	_, err := NewFilesystemWithOptions(testr.New(t), base, FilesystemOptions{PlainDirectory: true, Mounter: mount.NewFakeMounter(nil)})
+	if err == nil || !strings.Contains(err.Error(), `CSILIBDEBUG: setting "startupsweep" has the value "no"`) {
+		t.Fatalf("NewFilesystemWithOptions: %v, want the bad setting named", err)
 	}
-	skipping, err := NewFilesystemWithOptions(testr.New(t), base, FilesystemOptions{PlainDirectory: true, Mounter: mount.NewFakeMounter(nil), SkipSweep: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := skipping.ReadMetadata("never"); err != nil {
-		t.Fatalf("SkipSweep removed a never-mounted volume: %v", err)
-	}
-	if res := skipping.StartupSweep(); len(res.RemovedNeverMounted) != 0 || res.Kept != 0 {
-		t.Fatalf("SkipSweep reports a sweep: %+v", res)
-	}
-	sweeping := newPlainFilesystem(t, base)
-	if _, err := sweeping.ReadMetadata("never"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("the default sweep kept a never-mounted volume: %v", err)
+	if entries, err := os.ReadDir(base); err != nil || len(entries) != 0 {
+		t.Fatalf("the failed constructor left %d entries (%v)", len(entries), err)
 	}
 }
