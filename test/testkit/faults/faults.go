@@ -26,10 +26,12 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand"
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,6 +76,7 @@ type Transport struct {
 	created     map[string]bool // names whose first create went through (FirstCreateLost)
 	watches     map[*cuttableBody]struct{}
 	counts      Counts
+	calls       map[string]int // by CallOf
 }
 
 // New returns a Transport over base that injects nothing until Set is called.
@@ -83,6 +86,7 @@ func New(base http.RoundTripper, seed int64) *Transport {
 		rng:     rand.New(rand.NewSource(seed)),
 		created: make(map[string]bool),
 		watches: make(map[*cuttableBody]struct{}),
+		calls:   make(map[string]int),
 	}
 }
 
@@ -146,6 +150,41 @@ func (t *Transport) Counts() Counts {
 	return t.counts
 }
 
+// Calls counts the requests the Transport was asked to send, refused and lost ones included,
+// by CallOf.
+func (t *Transport) Calls() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.calls)
+}
+
+// CallOf names a request by its method, its path and the names of its query's parameters, in
+// order; a selector is named with the keys it selects on, so that a list by name, by node or by
+// volume can be told apart: "GET /apis/g/v1/things?labelSelector=a,b&watch".
+func CallOf(req *http.Request) string {
+	q := req.URL.Query()
+	var params []string
+	for name := range q {
+		param := name
+		if name == "labelSelector" || name == "fieldSelector" {
+			var keys []string
+			for _, term := range strings.Split(q.Get(name), ",") {
+				key, _, _ := strings.Cut(term, "=")
+				keys = append(keys, strings.TrimSuffix(key, "!"))
+			}
+			sort.Strings(keys)
+			param += "=" + strings.Join(keys, ",")
+		}
+		params = append(params, param)
+	}
+	sort.Strings(params)
+	call := req.Method + " " + req.URL.Path
+	if len(params) > 0 {
+		call += "?" + strings.Join(params, "&")
+	}
+	return call
+}
+
 // connectionReset is the error a client sees when a connection breaks mid-request.
 func connectionReset(op string) error {
 	return &net.OpError{Op: op, Net: "tcp", Err: os.NewSyscallError(op, syscall.ECONNRESET)}
@@ -156,6 +195,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	create := req.Method == http.MethodPost
 
 	t.mu.Lock()
+	t.calls[CallOf(req)]++
 	switch {
 	case t.refusing:
 		t.counts.Refused++

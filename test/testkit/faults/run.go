@@ -89,6 +89,8 @@ type Figures struct {
 	// the outage to its next certificate.
 	SignedToWritten, Recovery []time.Duration
 	Counts                    Counts
+	// Calls are the requests the manager's client made, by CallOf.
+	Calls map[string]int
 }
 
 // RequestsPerIssuance is Requests / (Issuances + InFlight).
@@ -266,6 +268,7 @@ func (s Scenario) Run(ctx context.Context) (Figures, error) {
 	}
 	f.Orphans, f.InFlight = orphans, inFlight
 	f.Counts = tr.Counts()
+	f.Calls = tr.Calls()
 	return f, nil
 }
 
