@@ -88,7 +88,8 @@ func main() {
 	burst := flag.Int("limit-burst", 1, "IssuanceRateLimit.Burst in the limited restart")
 	accessNodes := flag.Int("access-nodes", 5000, "nodes starting at once in the access check's measurement (0: skip it)")
 	accessInFlight := flag.Int("access-in-flight", 50, "reviews in flight at once in the access check's measurement")
-	onlyAccess := flag.Bool("only-access", false, "measure the access check alone")
+	onlyAccess := flag.Bool("only-access", false, "measure the access check and the outage calls alone")
+	outageCalls := flag.Int("outage-calls", 2000, "calls of each kind in the outage calls' measurement (0: skip it)")
 	flag.Parse()
 	var fs []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -100,7 +101,7 @@ func main() {
 	if *onlyAccess {
 		fs = nil
 	}
-	if err := run(fs, *volumes, limited, *accessNodes, *accessInFlight); err != nil {
+	if err := run(fs, *volumes, limited, *accessNodes, *accessInFlight, *outageCalls); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}
@@ -120,6 +121,8 @@ type bench struct {
 	cm     cmclient.Interface
 	ca     *testkit.CA
 	signed atomic.Int64
+	// chartConfig authenticates as the charts' account, once chartAccount made it.
+	chartConfig *rest.Config
 	// signerNow is the NotBefore of signed certificates: a fleet's fake clock, or the real one.
 	signerNow atomic.Pointer[func() time.Time]
 	// watchEnds counts client-go's "watch ended with error" reports ("very short watch"): a
@@ -127,7 +130,7 @@ type bench struct {
 	watchEnds atomic.Int64
 }
 
-func run(sizes []int, v int, limited manager.Options, accessNodes, accessInFlight int) error {
+func run(sizes []int, v int, limited manager.Options, accessNodes, accessInFlight, outageCalls int) error {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: run it with `make bench`")
 	}
@@ -166,6 +169,13 @@ func run(sizes []int, v int, limited manager.Options, accessNodes, accessInFligh
 			return err
 		}
 		printAccess(r)
+	}
+	if outageCalls > 0 {
+		costs, err := b.outageCallsCost(ctx, outageCalls, accessInFlight, 1000)
+		if err != nil {
+			return err
+		}
+		printCallCosts(costs)
 	}
 	if len(sizes) == 0 {
 		return nil
