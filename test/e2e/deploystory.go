@@ -162,7 +162,7 @@ func (c *cluster) storyDeploymentAppliedWhole(ctx context.Context) (r result) {
 		return fail(err)
 	}
 	logf("story 13: examples/deploy applied (%d objects) in %v", len(objs), time.Since(start).Round(100*time.Millisecond))
-	defer c.removeSetApp(ctx)
+	// The application stays for story 14, which removes it.
 
 	// The driver: Running as its DaemonSet pod, registered with kubelet.
 	driverPod, err := c.waitPodMatching(ctx, setDriverNamespace, setDriverLabel, "the DaemonSet's driver pod to run", isRunning)

@@ -50,7 +50,7 @@ func main() {
 	flag.IntVar(&gatePods, "gate-pods", 20, "pods per variant in story 2, and in story 8")
 	check := flag.Bool("check", false, "only say whether this machine can run the node (exit 2 and why if not)")
 	flag.BoolVar(&demoMode, "demo", false, "tell the demo's four stories (make demo) instead of the e2e stories")
-	flag.BoolVar(&onlyDeploy, "only-deploy", false, "tell only story 13 (examples/deploy applied whole)")
+	flag.BoolVar(&onlyDeploy, "only-deploy", false, "tell only stories 13 and 14 (examples/deploy applied whole, then CSILIBDEBUG set on its DaemonSet)")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // envtest's own logging
 	bins := os.Getenv("KUBEBUILDER_ASSETS")
@@ -202,7 +202,7 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 		return nil, err
 	}
 	if onlyDeploy {
-		return append(results, c.storyDeploymentAppliedWhole(ctx)), nil
+		return append(results, c.storyDeploymentAppliedWhole(ctx), c.storyOperatorSwitch(ctx)), nil
 	}
 	results = append(results, c.storiesWithLivePods(ctx)...)
 	gate, figures := c.storyGateOnPodIP(ctx, gatePods)
@@ -215,8 +215,9 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	results = append(results, readiness)
 	nodeBound, nodeBoundFigures := c.storyNodeBound(ctx)
 	results = append(results, nodeBound)
-	// Last: it replaces the driver process of the other stories by the set's DaemonSet.
-	results = append(results, c.storyDeploymentAppliedWhole(ctx))
+	// Last: it replaces the driver process of the other stories by the set's DaemonSet, which
+	// story 14 then restarts with the operator's switch.
+	results = append(results, c.storyDeploymentAppliedWhole(ctx), c.storyOperatorSwitch(ctx))
 	slices.SortStableFunc(results, func(a, b result) int { return strings.Compare(a.story, b.story) })
 	defer printNodeBoundFigures(nodeBoundFigures)
 	defer printReadinessFigures(readinessFigures)
@@ -273,6 +274,8 @@ rules:
   resources:
   - group: cert-manager.io
     resources: [certificaterequests]
+  - group: authorization.k8s.io
+    resources: [selfsubjectaccessreviews]
 - level: None
 `
 
