@@ -18,9 +18,11 @@ limitations under the License.
 // have none: it approves a request the library created when the pod it names exists, with the
 // UID it names, bound to the node it names, and not terminating (csi-lib's approval check), and
 // denies it otherwise, through the status subresource as cert-manager's approvers do. Run it
-// with cert-manager's own approver turned off for the issuers it serves
-// (--controllers=*,-certificaterequests-approver), with examples/deploy/approver.yaml's RBAC and
-// with the admission policy examples/deploy/node-bound-policy.yaml. See docs/node-bound.md.
+// with the issuers it serves left out of cert-manager's approveSignerNames (the chart's value:
+// cert-manager's approver keeps approving for the others, and its approval for these is refused
+// by cert-manager's webhook; do not turn cert-manager's approver off), with
+// examples/deploy/approver.yaml's RBAC and with the admission policy
+// examples/deploy/node-bound-policy.yaml. See docs/node-bound.md.
 //
 //	(cd examples && go run ./approver --help)   # from the repository's root; examples is a module of its own
 package main

@@ -135,10 +135,22 @@ func (c *cluster) usesCertManager() bool {
 // startCertManager starts cert-manager's controllers (CM_CONTROLLERS, built by `make
 // cm-controllers`) as a process of the node, by PID: the named ones, or all four.
 func (c *cluster) startCertManager(controllers ...string) error {
-	args := []string{"-kubeconfig", c.kubeconfig, "-cluster-resource-namespace", clusterResourceNamespace}
+	var args []string
 	if len(controllers) > 0 {
 		args = append(args, "-controllers", strings.Join(controllers, ","))
 	}
+	return c.startCertManagerWith(args...)
+}
+
+// startCertManagerApprovingFor starts all four of cert-manager's controllers, its approver
+// approving only for the issuers that signerNames cover, as the cert-manager chart's
+// approveSignerNames lets it (hack/cm-controllers's -approve-signer-names).
+func (c *cluster) startCertManagerApprovingFor(signerNames ...string) error {
+	return c.startCertManagerWith("-approve-signer-names", strings.Join(signerNames, ","))
+}
+
+func (c *cluster) startCertManagerWith(args ...string) error {
+	args = append([]string{"-kubeconfig", c.kubeconfig, "-cluster-resource-namespace", clusterResourceNamespace}, args...)
 	return c.n.startProcess("cm-controllers", os.Getenv("CM_CONTROLLERS"), args...)
 }
 

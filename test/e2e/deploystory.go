@@ -19,6 +19,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,6 +38,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -100,9 +106,11 @@ func (c *cluster) storyDeploymentAppliedWhole(ctx context.Context) (r result) {
 	if err := c.waitDriverRegistered(ctx, false); err != nil {
 		return fail(err)
 	}
-	// cert-manager without its approver: the set's approver approves.
+	// cert-manager's approver keeps approving for every other issuer, not for the set's
+	// ClusterIssuer (approveSignerNames, docs/deploying.md): the set's approver alone decides
+	// the driver's requests.
 	c.stopCertManager()
-	if err := c.startCertManager("certificaterequests-issuer-ca", "issuers", "clusterissuers"); err != nil {
+	if err := c.startCertManagerApprovingFor(setApproveSignerNames...); err != nil {
 		return fail(err)
 	}
 	defer func() {
@@ -190,6 +198,9 @@ func (c *cluster) storyDeploymentAppliedWhole(ctx context.Context) (r result) {
 	if err := approvedAndIssued(reqs.Items, app.Name); err != nil {
 		return fail(err)
 	}
+	if err := c.approvedByCertManager(ctx); err != nil {
+		return fail(err)
+	}
 	lines, err := c.waitLinesIn(ctx, setAppNamespace, app.Name, "app", "the application's checker to verify its certificate", 30*time.Second, func(ls []logLine) bool {
 		serials, _ := okSerials(ls)
 		return len(serials) > 0
@@ -225,9 +236,74 @@ func (c *cluster) storyDeploymentAppliedWhole(ctx context.Context) (r result) {
 		return fail(fmt.Errorf("the alerts against the driver's series: %v\n%s", err, out))
 	}
 	r.ok = true
-	r.detail = fmt.Sprintf("%d objects applied; app %s Ready %v after the apply, its requests approved by the example approver, created as %s with a token bound to node %s; /metrics: %d upstream + %d extended families; %s",
-		len(objs), app.Name, ready.Round(100*time.Millisecond), setDriverAccount, nodeName, len(upstreamFamilies), len(extendedFamilies), summarizeEvaluation(out, scrape))
+	r.detail = fmt.Sprintf("%d objects applied; app %s Ready %v after the apply, its requests approved by the example approver, not by cert-manager's (%d of its approvals for %s refused), which approved a request for %s meanwhile; created as %s with a token bound to node %s; /metrics: %d upstream + %d extended families; %s",
+		len(objs), app.Name, ready.Round(100*time.Millisecond), c.refusedApprovals(setSignerName), setSignerName, "ClusterIssuer/"+clusterIssuerName,
+		setDriverAccount, nodeName, len(upstreamFamilies), len(extendedFamilies), summarizeEvaluation(out, scrape))
 	return r
+}
+
+// setApproveSignerNames is what story 13 runs cert-manager's approver with, as an operator sets
+// the chart's approveSignerNames for the set: every namespaced Issuer and the stories' CA
+// ClusterIssuer, leaving out the set's ClusterIssuer (issuer.yaml).
+var setApproveSignerNames = []string{"issuers.cert-manager.io/*", "clusterissuers.cert-manager.io/" + clusterIssuerName}
+
+// setSignerName is the set's ClusterIssuer's signer name, which setApproveSignerNames leaves out.
+const setSignerName = "clusterissuers.cert-manager.io/csi-ca"
+
+// refusedApprovals counts the lines of cert-manager's controllers' log where its approver's
+// approval for signer was refused (hack/cm-controllers's -approve-signer-names). It may be 0:
+// the set's approver can decide a request before cert-manager's approver comes to it.
+func (c *cluster) refusedApprovals(signer string) int {
+	data, err := os.ReadFile(filepath.Join(c.n.dir, "cm-controllers.log"))
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, "does not have permissions to set approved/denied conditions") && strings.Contains(line, signer+",") {
+			n++
+		}
+	}
+	return n
+}
+
+// approvedByCertManager creates a request for the stories' CA ClusterIssuer, which
+// setApproveSignerNames lists, and waits until cert-manager's approver approves it and its CA
+// issuer signs it: cert-manager's approver runs beside the set's, and approves for the issuers
+// it was left. The request is deleted after.
+func (c *cluster) approvedByCertManager(ctx context.Context) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	csr, err := testkit.CSR(&x509.CertificateRequest{Subject: pkix.Name{CommonName: "approved-by-cert-manager"}}, key)
+	if err != nil {
+		return err
+	}
+	req := &cmapi.CertificateRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "other-issuer-", Namespace: namespace},
+		Spec: cmapi.CertificateRequestSpec{
+			Request:   csr,
+			IssuerRef: cmmeta.IssuerReference{Name: clusterIssuerName, Kind: cmapi.ClusterIssuerKind, Group: "cert-manager.io"},
+			Usages:    []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageServerAuth},
+		},
+	}
+	requests := c.cm.CertmanagerV1().CertificateRequests(namespace)
+	if req, err = requests.Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	defer func() { _ = requests.Delete(context.WithoutCancel(ctx), req.Name, metav1.DeleteOptions{}) }()
+	return poll(ctx, "cert-manager's approver to approve a request for ClusterIssuer/"+clusterIssuerName, 100*time.Millisecond, time.Minute, func() (bool, error) {
+		got, err := requests.Get(ctx, req.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		approved := false
+		for _, cond := range got.Status.Conditions {
+			approved = approved || (cond.Type == cmapi.CertificateRequestConditionApproved && cond.Message == cmApprovedMessage)
+		}
+		return approved && len(got.Status.Certificate) > 0, nil
+	})
 }
 
 // importSetImages builds the images the set names for the example driver and approver, from
