@@ -1,6 +1,8 @@
 // A module of its own: cert-manager's controller packages bring dependencies (k8s.io/apiserver,
 // the etcd client, OpenTelemetry, ...) that must never enter the library's module graph.
-// hack/cm-controllers.sh builds it into bin/ (the directory is not part of the library's module).
+// hack/cm-controllers.sh builds it into bin/ (the directory is not part of the library's module)
+// with this go.mod and go.sum as they are (-mod=readonly); it fails if the cert-manager version
+// below is not the library's go.mod's.
 module github.com/cert-manager/csi-lib/hack/cm-controllers
 
 go 1.26.0
