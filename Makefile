@@ -31,10 +31,22 @@ CM_CONTROLLERS = $(CURDIR)/bin/cm-controllers/$(shell $(GO) list -m -f '{{.Versi
 # test/e2e, test/testkit/controlplane (envtest), hack (hack/cm-controllers is one of its own),
 # examples (examples/deploy/promql is one of its own). Each target runs in the module it needs.
 
-.PHONY: matrix test vet fmt-check unit alerts stress envtest cm-controllers integration bench demo demo-short node e2e e2e-or-skip
+.PHONY: matrix test tidy-check vet fmt-check unit alerts stress envtest cm-controllers integration bench demo demo-short node e2e e2e-or-skip
 
 ## test: everything the project checks (what CI runs).
-test: vet fmt-check unit alerts stress integration e2e-or-skip demo-short
+test: tidy-check vet fmt-check unit alerts stress integration e2e-or-skip demo-short
+
+## tidy-check: `go mod tidy -diff` in every module, that is in the directory of every go.mod git
+## lists (a new module is checked as soon as it is added); fails naming each module whose go.mod
+## or go.sum tidy would change, with the diff.
+tidy-check:
+	@failed=; for mod in $$(git ls-files go.mod '*/go.mod'); do dir="$$(dirname "$$mod")"; \
+		if ! out="$$(GOWORK=off $(GO) -C "$$dir" mod tidy -diff 2>&1)"; then \
+			echo "tidy-check: go mod tidy would change $$dir (or could not check it):"; echo "$$out"; \
+			failed="$$failed $$dir"; \
+		fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "tidy-check: run go mod tidy in:$$failed"; exit 1; fi
 
 ## vet: go vet in every module (test/integration's tests carry the integration tag); the
 ## alerts' module (examples/deploy/promql) is vetted by alerts, hack/cm-controllers is built

@@ -15,9 +15,12 @@
 #
 # Builds cert-manager's own signing controllers (hack/cm-controllers: the approver, the CA issuer,
 # Issuer and ClusterIssuer readiness) from the Go module proxy into bin/cm-controllers/<version>/,
-# at the cert-manager version the library's go.mod requires. The module is built in a copy under
-# bin/, so its dependencies never enter the library's module graph or the work tree. Cached by
-# version: a second run finds the binary and returns at once.
+# at the cert-manager version the library's go.mod requires. hack/cm-controllers/go.mod and go.sum
+# pin that version and every dependency, and the build uses them as they are (-mod=readonly): the
+# script fails if hack/cm-controllers/go.mod requires another cert-manager version than the
+# library's go.mod. The module is built in a copy under bin/, so its dependencies never enter the
+# library's module graph or the work tree. Cached by version: a second run finds the binary and
+# returns at once.
 #
 # Prints the binary's path on the last line of stdout; progress goes to stderr.
 set -euo pipefail
@@ -25,9 +28,17 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
 VERSION="$(go list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)"
+# Read from the file, not through go list, which would fetch another version's go.mod to answer.
+PINNED="$(awk '$1 == "require" { $0 = substr($0, 9) } $1 == "github.com/cert-manager/cert-manager" { print $2 }' hack/cm-controllers/go.mod)"
+if [[ "${PINNED}" != "${VERSION}" ]]; then
+  echo "cert-manager controllers: hack/cm-controllers/go.mod requires cert-manager ${PINNED}, the library's go.mod ${VERSION}:" >&2
+  echo "  move hack/cm-controllers/go.mod to ${VERSION} and tidy it:" >&2
+  echo "  cd hack/cm-controllers && go get github.com/cert-manager/cert-manager@${VERSION} && go mod tidy" >&2
+  exit 1
+fi
 OUT="${ROOT}/bin/cm-controllers/${VERSION}"
-# The cache holds the binary of this main.go: a changed main.go is built again.
-SUM="$(cat hack/cm-controllers/main.go hack/cm-controllers/go.mod | sha256sum | cut -d' ' -f1)"
+# The cache holds the binary of this main.go, go.mod and go.sum: a change to any is built again.
+SUM="$(cat hack/cm-controllers/main.go hack/cm-controllers/go.mod hack/cm-controllers/go.sum | sha256sum | cut -d' ' -f1)"
 if [[ -x "${OUT}/cm-controllers" && "$(cat "${OUT}/source.sha256" 2>/dev/null)" == "${SUM}" ]]; then
   echo "cert-manager controllers: cached in bin/cm-controllers/${VERSION}" >&2
   echo "${OUT}/cm-controllers"
@@ -39,11 +50,10 @@ echo "cert-manager controllers: building ${VERSION} from the module proxy (sever
 work="${ROOT}/bin/cm-controllers/build-${VERSION}"
 rm -rf "${work}"
 mkdir -p "${work}" "${OUT}"
-cp hack/cm-controllers/main.go "${work}/"
-sed "s#github.com/cert-manager/cert-manager v[^ ]*#github.com/cert-manager/cert-manager ${VERSION}#" hack/cm-controllers/go.mod >"${work}/go.mod"
+cp hack/cm-controllers/main.go hack/cm-controllers/go.mod hack/cm-controllers/go.sum "${work}/"
 (
   cd "${work}"
-  export GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off
+  export GOFLAGS="-mod=readonly -buildvcs=false" GOWORK=off
   go build -trimpath -o "${OUT}/cm-controllers.tmp" .
 )
 mv "${OUT}/cm-controllers.tmp" "${OUT}/cm-controllers"
