@@ -171,6 +171,18 @@ limitations under the License.
 // missing, but never refuses to start for it, nor waits for an informer whose list or watch is
 // refused.
 //
+// # The operator's switches: CSILIBDEBUG
+//
+// Each default-on behaviour that upstream csi-lib v0.12.0 lacks and that has a cost has a Go
+// option that turns it off, and a setting of the environment variable CSILIBDEBUG with which
+// an operator turns it off on the DaemonSet without a rebuild, in the manner of Go's GODEBUG:
+// issuancelimit (MaxConcurrentIssuances), originannotations, accesscheck, outageprobe and
+// watchfallbackreads (the Disable options), and storage's startupsweep; for example
+// CSILIBDEBUG=outageprobe=0,watchfallbackreads=0. NewManager reads the variable once, after
+// upstream's checks of the options, applies it where the driver's code left the option at its
+// zero value (the driver's code wins), logs the value each setting took, and fails on anything
+// it does not know. docs/csilibdebug.md lists the settings.
+//
 // # A renewal
 //
 // The volume waits on the queue, on one timer of the injected clock, until due; a volume that is

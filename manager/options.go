@@ -170,8 +170,9 @@ type Options struct {
 	// metric), a publish waits within its own deadline, a background attempt's 60 s deadline
 	// starts only once it is admitted, and unmanaging the volume or stopping the manager ends the
 	// wait at once. A resume of an already pending request and a readiness-gate check never
-	// wait. Default (zero): DefaultMaxConcurrentIssuances.
-	// UnlimitedConcurrentIssuances: no limit. Negative is an error.
+	// wait. Default (zero): DefaultMaxConcurrentIssuances, or no limit when the operator sets
+	// CSILIBDEBUG=issuancelimit=0 (package doc). UnlimitedConcurrentIssuances: no limit.
+	// Negative is an error.
 	MaxConcurrentIssuances int
 
 	// IssuanceRateLimit is a token bucket, on Clock, for creating CertificateRequests: each
@@ -186,8 +187,9 @@ type Options struct {
 	// when the volume context has them, approval.PodNamespaceAnnotationKey, PodNameAnnotationKey
 	// and PodUIDAnnotationKey, so that an admission policy and an approver can check the node and
 	// the pod it is for (node-bound issuance, package approval, needs them), and a bundle that
-	// sets one of those keys to another value fails the attempt. True: a request carries the
-	// bundle's annotations alone, as upstream.
+	// sets one of those keys to another value fails the attempt. True, or
+	// CSILIBDEBUG=originannotations=0: a request carries the bundle's annotations alone, as
+	// upstream.
 	DisableOriginAnnotations bool
 
 	// DisableAccessCheck turns off the start-up access check. By default NewManager starts, in
@@ -197,7 +199,8 @@ type Options struct {
 	// events with an EventRecorder; get on pods and patch on pods/status with a PodCondition),
 	// bounded by 10 s in all, and logs each missing rule in ClusterRole form. A review is
 	// answered by the apiserver's authorizer alone (nothing is stored), and every authenticated
-	// account may create one. True: no review is sent, as upstream.
+	// account may create one. True, or CSILIBDEBUG=accesscheck=0: no review is sent, as
+	// upstream.
 	DisableAccessCheck bool
 
 	// DisableOutageProbe turns off the outage probe. By default, once an attempt fails because
@@ -205,7 +208,8 @@ type Options struct {
 	// apiserver for /version (a GET that every client may make) at once and then every 500 ms on
 	// Clock, one probe at a time per node, until it answers; the loops whose attempts failed in
 	// that outage then attempt again at once instead of at the end of their renewal backoff
-	// step. True: no probe, as upstream: such a loop waits out its step.
+	// step. True, or CSILIBDEBUG=outageprobe=0: no probe, as upstream: such a loop waits out its
+	// step.
 	DisableOutageProbe bool
 
 	// DisableWatchFallbackReads turns off the reads by name that stand in for a broken watch. By
@@ -214,7 +218,8 @@ type Options struct {
 	// delivered an event since), an attempt waiting for its request to be signed reads that
 	// request from the apiserver every 500 ms on Clock (a list that selects its name; at most 50
 	// such reads a second per node), so that a broken watch never holds a signed certificate
-	// back. True: a wait relies on the informer alone, as upstream.
+	// back. True, or CSILIBDEBUG=watchfallbackreads=0: a wait relies on the informer alone, as
+	// upstream.
 	DisableWatchFallbackReads bool
 
 	// PodCondition, when set, keeps a condition of the given type on the status of each pod
