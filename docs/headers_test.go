@@ -1,5 +1,5 @@
 /*
-Copyright 2026 The cert-manager Authors.
+Copyright 2026 The csi-lib fork authors.
 
 Licensed under the Apache License, Version 2.0 (the "License");
 you may not use this file except in compliance with the License.
@@ -26,8 +26,8 @@ import (
 	"testing"
 )
 
-// apacheLines is the licence notice of cert-manager's boilerplate, line by line, after the
-// copyright line: the text every source file of upstream csi-lib opens with.
+// apacheLines is the Apache License 2.0's notice, line by line, after the copyright line (the
+// licence upstream csi-lib has too).
 var apacheLines = []string{
 	``,
 	`Licensed under the Apache License, Version 2.0 (the "License");`,
@@ -45,7 +45,7 @@ var apacheLines = []string{
 
 // copyrightLine is cert-manager's copyright line, with or without the year (its newer
 // repositories drop the year; csi-lib's files carry the year they were written).
-var copyrightLine = regexp.MustCompile(`^Copyright( [0-9]{4})? The cert-manager Authors\.$`)
+var copyrightLine = regexp.MustCompile(`^Copyright( [0-9]{4})? The csi-lib fork authors\.$`)
 
 // headerFor returns the header a source file in the given comment style must open with:
 // "go" is a block comment, "hash" is lines starting with "# ".
@@ -104,7 +104,7 @@ func checkHeader(style string, content string) string {
 				text = strings.TrimPrefix(got, "# ")
 			}
 			if !copyrightLine.MatchString(text) {
-				return fmt.Sprintf("line %d is %q, not cert-manager's copyright line", i+j+1, got)
+				return fmt.Sprintf("line %d is %q, not the project's copyright line", i+j+1, got)
 			}
 			continue
 		}
@@ -115,9 +115,10 @@ func checkHeader(style string, content string) string {
 	return ""
 }
 
-// TestSourceFilesCarryUpstreamHeader checks that every source file of every module in the
-// repository opens with cert-manager's Apache-2.0 boilerplate, as a patch to csi-lib would.
-func TestSourceFilesCarryUpstreamHeader(t *testing.T) {
+// TestSourceFilesCarryTheHeader checks that every source file of every module in the repository
+// opens with the Apache-2.0 notice under the project's own copyright line: the code was written
+// here, anew, so no header may name upstream's authors.
+func TestSourceFilesCarryTheHeader(t *testing.T) {
 	root := ".."
 	checked := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -155,22 +156,22 @@ func TestSourceFilesCarryUpstreamHeader(t *testing.T) {
 
 // TestCheckHeaderRefuses shows the check failing on the headers it must refuse.
 func TestCheckHeaderRefuses(t *testing.T) {
-	good := strings.Join(append([]string{"/*", "Copyright 2026 The cert-manager Authors."}, append(apacheLines, "*/", "", "package x")...), "\n")
+	good := strings.Join(append([]string{"/*", "Copyright 2026 The csi-lib fork authors."}, append(apacheLines, "*/", "", "package x")...), "\n")
 	if p := checkHeader("go", good); p != "" {
-		t.Fatalf("upstream's header refused: %s", p)
+		t.Fatalf("the project's header refused: %s", p)
 	}
 	for name, content := range map[string]string{
-		"other authors":  strings.Replace(good, "The cert-manager Authors.", "The csi-lib fork authors.", 1),
-		"no header":      "package x\n",
-		"licence edited": strings.Replace(good, "limitations under the License.", "limitations.", 1),
+		"upstream's authors": strings.Replace(good, "The csi-lib fork authors.", "The cert-manager Authors.", 1),
+		"no header":          "package x\n",
+		"licence edited":     strings.Replace(good, "limitations under the License.", "limitations.", 1),
 	} {
 		if checkHeader("go", content) == "" {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	hash := "#!/usr/bin/env bash\n" + strings.Join(append([]string{"# Copyright The cert-manager Authors."}, headerFor("hash")[1:]...), "\n") + "\nset -e\n"
+	hash := "#!/usr/bin/env bash\n" + strings.Join(append([]string{"# Copyright The csi-lib fork authors."}, headerFor("hash")[1:]...), "\n") + "\nset -e\n"
 	if p := checkHeader("hash", hash); p != "" {
-		t.Fatalf("upstream's shell header refused: %s", p)
+		t.Fatalf("the project's shell header refused: %s", p)
 	}
 	if checkHeader("hash", "#!/usr/bin/env bash\n# Copyright 2026 Someone.\nset -e\n") == "" {
 		t.Error("a shell header naming other authors was accepted")

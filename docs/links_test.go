@@ -1,5 +1,5 @@
 /*
-Copyright 2026 The cert-manager Authors.
+Copyright 2026 The csi-lib fork authors.
 
 Licensed under the Apache License, Version 2.0 (the "License");
 you may not use this file except in compliance with the License.
@@ -17,7 +17,7 @@ limitations under the License.
 // Package docs holds the project's documentation. Its tests check that every relative link in
 // every Markdown file of the repository resolves, to a file and, where it names one, a heading,
 // that every ```go block of README.md and docs/ compiles against this module, and that every
-// source file carries cert-manager's Apache-2.0 header.
+// source file carries the project's Apache-2.0 header.
 package docs
 
 import (
