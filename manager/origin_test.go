@@ -115,25 +115,3 @@ func TestBundleNamingAnotherPodIsRefused(t *testing.T) {
 	}
 }
 
-// TestDisableOriginAnnotationsKeepsTheBundlesAlone: with DisableOriginAnnotations a request
-// carries exactly the bundle's annotations, as upstream, even one that sets an origin key to
-// another value.
-func TestDisableOriginAnnotationsKeepsTheBundlesAlone(t *testing.T) {
-	bundleAnnotations := map[string]string{"a": "b", approval.PodNameAnnotationKey: "someone-else"}
-	e := newEnv(t, func(o *Options) { o.DisableOriginAnnotations = true })
-	generate := e.opts.GenerateRequest
-	e.opts.GenerateRequest = func(meta metadata.Metadata) (*CertificateRequestBundle, error) {
-		b, err := generate(meta)
-		if err == nil {
-			b.Annotations = bundleAnnotations
-		}
-		return b, err
-	}
-	e.register("v1", false)
-	e.start()
-	e.manageInBackground("v1")
-	req := e.waitForPending()
-	if !maps.Equal(req.Annotations, bundleAnnotations) {
-		t.Errorf("annotations = %v, want the bundle's %v", req.Annotations, bundleAnnotations)
-	}
-}

@@ -258,18 +258,6 @@ func TestStartUpCheckNeverHoldsNewManager(t *testing.T) {
 	}
 }
 
-// TestDisableAccessCheckAsksNothing: with DisableAccessCheck no review is sent.
-func TestDisableAccessCheckAsksNothing(t *testing.T) {
-	cfg, rs := newReviewServer(t, nil)
-	e, rbac := chartEnv(t, testkit.ChartVerbs, func(o *Options) { o.DisableAccessCheck = true })
-	e.opts.Client = accessClient{RBACClient: rbac, discovery: discovery.NewDiscoveryClientForConfigOrDie(cfg)}
-	m := e.start()
-	waitClosed(t, m.accessChecked, "the (disabled) access check's end")
-	if n := rs.reviews.Load(); n != 0 {
-		t.Fatalf("%d reviews sent with DisableAccessCheck", n)
-	}
-}
-
 // accessClient is a cert-manager client whose discovery (and so the start-up access check) goes
 // to cfg's server, and everything else to client.
 type accessClient struct {
