@@ -184,8 +184,9 @@ func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqu
 // 1 s tick after the volume is managed and steps its backoff from there; this loop asks at once
 // instead (a publish whose gate was closed hands its volume over, and a test whose fake clock
 // never moves must still see the gate asked again), and the step it waits stands for upstream's
-// tick. Taking it would start the steps a tick early: the long ones would begin while most gates
-// are still closed, and the gate would be asked more often before it opens.
+// tick. Taking it would start the steps a tick early, so the long ones would begin while gates
+// that open within seconds are still closed (hack/bench: gate-open to request p50 1.5 s against
+// 0.9 s for upstream's schedule, at fewer asks than now).
 func (l *loops) backoff(s *loopState, outcome error, first bool) (time.Duration, waitKind) {
 	switch {
 	case outcome == nil:
