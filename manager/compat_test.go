@@ -428,9 +428,14 @@ func TestClosedGateIsAskedOnlyByItsBackoffByDefault(t *testing.T) {
 		t.Fatalf("the gate was asked %d times within the 8 s step, want 1", n)
 	}
 	e.clock.Step(time.Millisecond)
-	e.expectAttemptThenWait(10 * time.Second) // the next step, capped
+	e.expectAttemptThenWait(8 * time.Second) // the first step, which the first turn did not take
 	if n := e.gateCalls.Load(); n != 2 {
 		t.Fatalf("the gate was asked %d times after the step, want 2", n)
+	}
+	e.stepWait(8 * time.Second)
+	e.expectAttemptThenWait(10 * time.Second) // the next step, capped
+	if n := e.gateCalls.Load(); n != 3 {
+		t.Fatalf("the gate was asked %d times after two steps, want 3", n)
 	}
 }
 

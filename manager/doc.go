@@ -194,7 +194,10 @@ limitations under the License.
 //	success                  both backoffs reset; wait until due again (never at once, even if
 //	                         the new certificate is already due)
 //	ErrNotReadyToRequest     the gate's backoff; Requeue, RequeuePod or the gate itself, asked
-//	                         again while the loop waits, end the wait early
+//	                         again while the loop waits, end the wait early. A refusal in the
+//	                         loop's first turn (a volume due when managed, a publish's handover)
+//	                         waits the first step without taking it: upstream asks first one
+//	                         1 s tick after the volume is managed, and steps from there
 //	any other error          the renewal backoff; nothing ends this wait early, which protects
 //	                         the signers and the apiserver, except the end of an outage when
 //	                         the attempt could not reach the apiserver (outage probes it)

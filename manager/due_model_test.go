@@ -94,10 +94,11 @@ type written struct {
 // no certificate; never sooner than one second after a success. A due volume is attempted; a
 // success is followed by the wait until due, a gate-pending outcome by the gate backoff's next
 // step, a failure by the renewal backoff's next step (each backoff starts again after a success
-// or an outcome of the other class). Requeue ends a wait until due or a gate-pending wait at
-// once, and never a wait after a failure (it stays pending, and the next attempt answers it).
-// A new registration (unmanage and manage, or a restart) forgets the last success and the
-// backoffs.
+// or an outcome of the other class); a gate-pending outcome in a registration's first turn waits
+// the gate backoff's first step without taking it. Requeue ends a wait until due or a
+// gate-pending wait at once, and never a wait after a failure (it stays pending, and the next
+// attempt answers it). A new registration (unmanage and manage, or a restart) forgets the last
+// success and the backoffs.
 type loopModel struct {
 	id                      string
 	renewalBase, renewalCap time.Duration
@@ -110,6 +111,7 @@ type loopModel struct {
 	renewalSteps int
 	gateSteps    int
 	requeued     bool // a Requeue waits in the volume's channel
+	firstTurn    bool // the registration's loop has not taken its first turn
 	waiting      waitKind
 	wakeAt       time.Time
 }
@@ -185,6 +187,8 @@ type loopObserver interface {
 func (m *loopModel) wake(o loopObserver, firstBackground bool) {
 	background := firstBackground
 	for {
+		first := m.firstTurn
+		m.firstTurn = false
 		if d := m.dueIn(); d > 0 {
 			o.wait(d, !m.requeued)
 			if m.requeued {
@@ -203,7 +207,12 @@ func (m *loopModel) wake(o loopObserver, firstBackground bool) {
 			continue
 		case scriptGatePending:
 			m.renewalSteps = 0
-			m.backOff(o, waitGatePending, m.gateBase, m.gateCap, &m.gateSteps)
+			untaken := 0
+			steps := &m.gateSteps
+			if first {
+				steps = &untaken
+			}
+			m.backOff(o, waitGatePending, m.gateBase, m.gateCap, steps)
 		case scriptFailure:
 			m.gateSteps = 0
 			m.backOff(o, waitAfterError, m.renewalBase, m.renewalCap, &m.renewalSteps)
@@ -255,7 +264,7 @@ func (m *loopModel) requeue(o loopObserver) {
 
 // newRegistration is the state of a new registration of the volume.
 func (m *loopModel) newRegistration() {
-	m.last, m.renewalSteps, m.gateSteps, m.requeued = nil, 0, 0, false
+	m.last, m.renewalSteps, m.gateSteps, m.requeued, m.firstTurn = nil, 0, 0, false, true
 }
 
 // timingHarness drives the real manager and checks what it does against the model.
@@ -316,24 +325,36 @@ func (h *timingHarness) attempt(at time.Time, background bool) (modelOutcome, *w
 			h.fail("the loop waits %v where the model attempts (a %v deadline)", got, issueTimeout)
 		}
 	}
-	select {
-	case got := <-h.attempts:
-		if !got.Equal(at) {
-			h.fail("attempt at %v, the model's at %v", got.Sub(start), at.Sub(start))
-		}
-	case <-time.After(pollTimeout):
-		h.fail("no attempt")
-	}
+	h.gateAsked(at)
 	if outcome != scriptSuccess {
 		return outcome, nil
 	}
+	return outcome, h.written()
+}
+
+// gateAsked waits for the driver's gate to be asked, which must be at the model's at.
+func (h *timingHarness) gateAsked(at time.Time) {
+	h.t.Helper()
+	select {
+	case got := <-h.attempts:
+		if !got.Equal(at) {
+			h.fail("gate asked at %v, the model's at %v", got.Sub(start), at.Sub(start))
+		}
+	case <-time.After(pollTimeout):
+		h.fail("the gate was not asked")
+	}
+}
+
+// written waits for a key pair to be written, and returns what WriteKeypair saw and did.
+func (h *timingHarness) written() *written {
+	h.t.Helper()
 	h.successes++
 	select {
 	case w := <-h.writes:
-		return outcome, &w
+		return &w
 	case <-time.After(pollTimeout):
 		h.fail("no key pair was written")
-		return outcome, nil
+		return nil
 	}
 }
 
@@ -503,7 +524,7 @@ func (h *timingHarness) sequence(actions int) {
 	life := lifetimes[h.rng.Intn(len(lifetimes))] + time.Duration(h.rng.Intn(3))*time.Second
 	h.life.Store(int64(life))
 	m := &loopModel{
-		id: id, now: e.clock.Now(), jitter: e.opts.RenewalJitter,
+		id: id, now: e.clock.Now(), jitter: e.opts.RenewalJitter, firstTurn: true,
 		renewalBase: e.opts.RenewalBackoffConfig.Duration, renewalCap: e.opts.RenewalBackoffConfig.Cap,
 		gateBase: e.opts.GateBackoffConfig.Duration, gateCap: e.opts.GateBackoffConfig.Cap,
 	}
@@ -523,7 +544,8 @@ func (h *timingHarness) sequence(actions int) {
 		h.t.Fatal(err)
 	}
 	h.pick()
-	if h.rng.Intn(3) == 0 {
+	switch h.rng.Intn(3) {
+	case 0:
 		h.note("start: ManageVolumeImmediate, stored %v", m.stored)
 		h.outcome.Store(int32(scriptSuccess)) // a caller's failure leaves no loop to model
 		errc := make(chan error, 1)
@@ -539,7 +561,32 @@ func (h *timingHarness) sequence(actions int) {
 		if err := <-errc; err != nil {
 			h.fail("ManageVolumeImmediate: %v", err)
 		}
-	} else {
+	case 1:
+		// The node server's publish with ContinueOnNotReady: it asks the gate once; closed, the
+		// volume is handed to its loop; open, the publish makes its own attempt without asking
+		// again, unless the volume has a certificate.
+		if modelOutcome(h.outcome.Load()) == scriptFailure {
+			h.outcome.Store(int32(scriptSuccess)) // a caller's failure leaves no loop to model
+		}
+		open := modelOutcome(h.outcome.Load()) == scriptSuccess
+		h.note("start: a publish with ContinueOnNotReady, gate open %v, stored %v", open, m.stored)
+		meta, err := e.store.ReadMetadata(id)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- e.m.ManageVolumeForPublish(context.Background(), meta, true) }()
+		h.gateAsked(m.now)
+		if open && (m.stored == nil || m.stored.IsZero()) {
+			h.attemptCount++
+			m.succeeded(h, h.written())
+			h.pick() // as for ManageVolumeImmediate above
+		}
+		m.wake(h, true)
+		if err := <-errc; err != nil {
+			h.fail("ManageVolumeForPublish: %v", err)
+		}
+	default:
 		h.note("start: ManageVolume, stored %v", m.stored)
 		e.m.ManageVolume(id)
 		m.wake(h, true)
@@ -582,8 +629,8 @@ func (h *timingHarness) sequence(actions int) {
 }
 
 // TestLoopTimingMatchesModel drives the real manager on the fake clock through random sequences
-// (fixed seeds) of registrations (ManageVolume, ManageVolumeImmediate, a resumption after a
-// restart, a new registration) over stored times nil, zero, past and future; attempts that
+// (fixed seeds) of registrations (ManageVolume, ManageVolumeImmediate, a publish with
+// ContinueOnNotReady, a resumption after a restart, a new registration) over stored times nil, zero, past and future; attempts that
 // succeed, find the gate closed or fail; drivers that persist the default they were handed,
 // nothing, nil, zero, or their own renewal point earlier or later than the default, in the past
 // or after expiry; Requeues; and clock steps of every size. Every timer the loop creates and the

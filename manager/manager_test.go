@@ -54,8 +54,9 @@ func TestBackoffSequenceByErrorClass(t *testing.T) {
 	e.start() // resumes the mounted volume: due at once
 	wantErrors, wantPending := 0.0, 0.0
 
-	// Gate pending three times: 1 s, 2 s, 4 s.
-	for _, d := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+	// Gate pending four times: 1 s after the first turn's attempt (the first step, not taken),
+	// then 1 s, 2 s, 4 s.
+	for _, d := range []time.Duration{time.Second, time.Second, 2 * time.Second, 4 * time.Second} {
 		e.expectAttemptThenWait(d)
 		wantPending++
 		e.stepWait(d)
@@ -110,11 +111,12 @@ func TestRequeueCutsGateWaitButNotErrorWait(t *testing.T) {
 	m := e.start()
 	e.expectAttemptThenWait(time.Second)
 
-	// During a gate wait, Requeue attempts at once (no clock step) and RequeuePod does too.
+	// During a gate wait, Requeue attempts at once (no clock step) and RequeuePod does too. The
+	// first turn's refusal did not take the gate backoff's first step, so the waits are 1 s, 2 s.
 	m.Requeue("v1")
-	e.expectAttemptThenWait(2 * time.Second)
+	e.expectAttemptThenWait(time.Second)
 	m.RequeuePod("uid-v1")
-	e.expectAttemptThenWait(4 * time.Second)
+	e.expectAttemptThenWait(2 * time.Second)
 
 	// During an error wait, Requeue does nothing: the wait runs its full 30 s. The failing
 	// attempt itself calls Requeue, so the Requeue is already pending when the wait begins: a
