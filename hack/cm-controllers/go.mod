@@ -7,7 +7,11 @@ module github.com/cert-manager/csi-lib/hack/cm-controllers
 
 go 1.26.0
 
-require github.com/cert-manager/cert-manager v1.21.2
+require (
+	github.com/cert-manager/cert-manager v1.21.2
+	k8s.io/apimachinery v0.36.2
+	k8s.io/client-go v0.36.2
+)
 
 require (
 	cel.dev/expr v0.25.2 // indirect
@@ -99,9 +103,7 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/api v0.36.2 // indirect
 	k8s.io/apiextensions-apiserver v0.36.2 // indirect
-	k8s.io/apimachinery v0.36.2 // indirect
 	k8s.io/apiserver v0.36.2 // indirect
-	k8s.io/client-go v0.36.2 // indirect
 	k8s.io/component-base v0.36.2 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260501160325-927ab1f70cd6 // indirect
