@@ -194,12 +194,13 @@ func TestWatchFallbackReadsOff(t *testing.T) {
 
 // NewManager logs, once, the value each setting took and where it came from.
 func TestStartUpLogsEverySetting(t *testing.T) {
-	t.Setenv(csilibdebug.EnvironmentVariable, "outageprobe=0,accesscheck=1")
+	t.Setenv(csilibdebug.EnvironmentVariable, "outageprobe=0,accesscheck=1,issuancelimit=0")
 	lines := &testkit.LogLines{}
 	log := lines.Logger()
 	e := newEnv(t, func(o *Options) {
 		o.Log = &log
 		o.DisableOriginAnnotations = true
+		o.MaxConcurrentIssuances = 64
 	})
 	e.start()
 	got := lines.Matching("Behaviours that differ from upstream v0.12.0")
@@ -207,8 +208,8 @@ func TestStartUpLogsEverySetting(t *testing.T) {
 		t.Fatalf("%d start-up lines, want 1: %v", len(got), got)
 	}
 	for _, want := range []string{
-		`"CSILIBDEBUG"="outageprobe=0,accesscheck=1"`,
-		`"issuancelimit"="1 (default)"`,
+		`"CSILIBDEBUG"="outageprobe=0,accesscheck=1,issuancelimit=0"`,
+		`"issuancelimit"="64 (manager.Options.MaxConcurrentIssuances; issuancelimit=0 ignored)"`,
 		`"originannotations"="0 (manager.Options.DisableOriginAnnotations)"`,
 		`"accesscheck"="1 (CSILIBDEBUG)"`,
 		`"outageprobe"="0 (CSILIBDEBUG)"`,

@@ -297,3 +297,23 @@ func TestUpgradingTableMatchesTheCode(t *testing.T) {
 		t.Errorf("an option docs/upgrading.md lists as off by default is on: %+v", done)
 	}
 }
+
+// TestCSILIBDEBUGTableMatchesTheCode: docs/csilibdebug.md's table lists every setting, in order,
+// with the Go option and the release the code gives it.
+func TestCSILIBDEBUGTableMatchesTheCode(t *testing.T) {
+	rows := markdownTable(t, "../docs/csilibdebug.md", "## The settings")
+	span := regexp.MustCompile("`([^`]+)`")
+	if len(rows) != len(csilibdebug.Settings) {
+		t.Fatalf("docs/csilibdebug.md lists %d settings, the code has %d", len(rows), len(csilibdebug.Settings))
+	}
+	for i, s := range csilibdebug.Settings {
+		row := rows[i]
+		if len(row) != 4 {
+			t.Fatalf("docs/csilibdebug.md: a row with %d cells, want 4: %q", len(row), row)
+		}
+		name, option := span.FindStringSubmatch(row[0]), span.FindStringSubmatch(row[2])
+		if name == nil || name[1] != s.Name || option == nil || option[1] != s.Option || row[3] != s.Introduced {
+			t.Errorf("docs/csilibdebug.md's row %d is %q; the code has %s, %s, %s", i+1, row, s.Name, s.Option, s.Introduced)
+		}
+	}
+}

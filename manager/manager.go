@@ -70,7 +70,7 @@ type Manager struct {
 // A volume whose metadata cannot be read is logged and skipped.
 func NewManager(opts Options) (*Manager, error) {
 	ownCreates := opts.ClientForMetadata == nil
-	maxInCode := opts.MaxConcurrentIssuances
+	inCode := opts
 	opts, err := opts.complete()
 	if err != nil {
 		return nil, err
@@ -79,10 +79,10 @@ func NewManager(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts, settingsTaken := opts.withOperatorSettings(operator, maxInCode)
+	opts, settingsTaken := opts.withOperatorSettings(inCode, operator)
 	nodeHash := util.HashIdentifier(opts.NodeID)
 	log := opts.Log.WithName("manager")
-	log.Info("Behaviours that differ from upstream v0.12.0: 1 on, 0 off as upstream (docs/upgrading.md)",
+	log.Info("Behaviours that differ from upstream v0.12.0: 1 on, 0 off as upstream, or the driver's value (docs/csilibdebug.md)",
 		append([]any{csilibdebug.EnvironmentVariable, operatorRaw}, settingsTaken...)...)
 	m := &Manager{
 		issuer: issuer{

@@ -20,8 +20,8 @@ import (
 	"crypto"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -301,31 +301,32 @@ func (o Options) complete() (Options, error) {
 	return o, nil
 }
 
-// withOperatorSettings returns o, completed, with the operator's CSILIBDEBUG settings applied
-// where the driver's code left the option alone (maxInCode is the MaxConcurrentIssuances the
-// driver set, before complete), and the value each setting took, as key-value pairs to log.
-func (o Options) withOperatorSettings(operator csilibdebug.Values, maxInCode int) (Options, []any) {
+// withOperatorSettings returns o, which complete filled in, with the operator's CSILIBDEBUG
+// settings applied where inCode (the options as the driver passed them) left the option at its
+// zero value, and the value each setting took, as key-value pairs to log.
+func (o Options) withOperatorSettings(inCode Options, operator csilibdebug.Values) (Options, []any) {
 	var taken []any
-	if maxInCode != 0 && maxInCode != UnlimitedConcurrentIssuances {
-		taken = append(taken, csilibdebug.IssuanceLimit, fmt.Sprintf("%d (manager.Options.MaxConcurrentIssuances)", maxInCode))
+	if n := inCode.MaxConcurrentIssuances; n != 0 && n != UnlimitedConcurrentIssuances {
+		taken = append(taken, csilibdebug.IssuanceLimit, operator.SetInCode(csilibdebug.IssuanceLimit, strconv.Itoa(n)))
 	} else {
-		off, logged := operator.Off(csilibdebug.IssuanceLimit, maxInCode == UnlimitedConcurrentIssuances)
+		off, logged := operator.Off(csilibdebug.IssuanceLimit, n == UnlimitedConcurrentIssuances)
 		if off {
 			o.MaxConcurrentIssuances = UnlimitedConcurrentIssuances
 		}
 		taken = append(taken, csilibdebug.IssuanceLimit, logged)
 	}
 	for _, s := range []struct {
-		name    string
-		disable *bool
+		name      string
+		offInCode bool
+		disable   *bool
 	}{
-		{csilibdebug.OriginAnnotations, &o.DisableOriginAnnotations},
-		{csilibdebug.AccessCheck, &o.DisableAccessCheck},
-		{csilibdebug.OutageProbe, &o.DisableOutageProbe},
-		{csilibdebug.WatchFallbackReads, &o.DisableWatchFallbackReads},
+		{csilibdebug.OriginAnnotations, inCode.DisableOriginAnnotations, &o.DisableOriginAnnotations},
+		{csilibdebug.AccessCheck, inCode.DisableAccessCheck, &o.DisableAccessCheck},
+		{csilibdebug.OutageProbe, inCode.DisableOutageProbe, &o.DisableOutageProbe},
+		{csilibdebug.WatchFallbackReads, inCode.DisableWatchFallbackReads, &o.DisableWatchFallbackReads},
 	} {
 		var logged string
-		*s.disable, logged = operator.Off(s.name, *s.disable)
+		*s.disable, logged = operator.Off(s.name, s.offInCode)
 		taken = append(taken, s.name, logged)
 	}
 	return o, taken

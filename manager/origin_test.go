@@ -114,4 +114,3 @@ func TestBundleNamingAnotherPodIsRefused(t *testing.T) {
 		})
 	}
 }
-

@@ -157,7 +157,7 @@ func NewFilesystemWithOptions(log logr.Logger, baseDir string, opts FilesystemOp
 			return nil, err
 		}
 	}
-	log.Info("Start-up sweep of never-published volumes: 1 on, 0 off as upstream (docs/upgrading.md)", csilibdebug.StartupSweep, sweepTaken)
+	log.Info("Start-up sweep of never-published volumes: 1 on, 0 off as upstream (docs/csilibdebug.md)", csilibdebug.StartupSweep, sweepTaken)
 	if !skipSweep {
 		f.state.startupSweep = f.Sweep()
 	}

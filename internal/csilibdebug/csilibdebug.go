@@ -30,6 +30,7 @@ package csilibdebug
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -81,10 +82,10 @@ func Parse(s string) (Values, error) {
 		}
 		name, value, ok := strings.Cut(item, "=")
 		if !ok {
-			return nil, fmt.Errorf("%s: %q is not name=value", EnvironmentVariable, item)
+			return nil, fmt.Errorf("%s: %s is not name=value", EnvironmentVariable, quoted(item))
 		}
 		if lookup(name) == nil {
-			return nil, fmt.Errorf("%s: unknown setting %q; the settings are %s", EnvironmentVariable, name, names())
+			return nil, fmt.Errorf("%s: unknown setting %s; the settings are %s", EnvironmentVariable, quoted(name), names())
 		}
 		if _, twice := v[name]; twice {
 			return nil, fmt.Errorf("%s: setting %q is given twice", EnvironmentVariable, name)
@@ -95,7 +96,7 @@ func Parse(s string) (Values, error) {
 		case "0":
 			v[name] = false
 		default:
-			return nil, fmt.Errorf("%s: setting %q has the value %q: want 0 (upstream's behaviour) or 1 (the default)", EnvironmentVariable, name, value)
+			return nil, fmt.Errorf("%s: setting %q has the value %s: want 0 (upstream's behaviour) or 1 (the default)", EnvironmentVariable, name, quoted(value))
 		}
 	}
 	return v, nil
@@ -108,22 +109,42 @@ func FromEnvironment() (raw string, v Values, err error) {
 	return raw, v, err
 }
 
-// Off reports whether the operator turned the setting off (name=0) and how to log the value it
-// takes, given whether the driver turned it off in code: the driver's code wins, then the
-// variable, then the default (on).
+// Off reports whether the setting is off and how to log the value it takes, given whether the
+// driver turned it off in code: the driver's code wins, then the variable, then the default (on).
 func (v Values) Off(name string, offInCode bool) (off bool, logged string) {
 	on, given := v[name]
 	switch {
-	case offInCode && given && on:
-		return true, fmt.Sprintf("0 (%s; %s=1 ignored)", lookup(name).Option, name)
 	case offInCode:
-		return true, fmt.Sprintf("0 (%s)", lookup(name).Option)
+		return true, v.SetInCode(name, "0")
 	case given && !on:
 		return true, "0 (" + EnvironmentVariable + ")"
 	case given:
 		return false, "1 (" + EnvironmentVariable + ")"
 	}
 	return false, "1 (default)"
+}
+
+// SetInCode is how to log a setting whose option the driver set in code, to the value shown:
+// the option, and the operator's value if one was given, which the driver's code overrides.
+func (v Values) SetInCode(name, shown string) string {
+	logged := shown + " (" + lookup(name).Option
+	if on, given := v[name]; given {
+		value := "0"
+		if on {
+			value = "1"
+		}
+		logged += "; " + name + "=" + value + " ignored"
+	}
+	return logged + ")"
+}
+
+// quoted quotes s for an error, cut to its first 32 bytes: the error is logged, and what an
+// operator put in the wrong variable by mistake may be a secret.
+func quoted(s string) string {
+	if len(s) > 32 {
+		return strconv.Quote(s[:32]) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 func lookup(name string) *Setting {

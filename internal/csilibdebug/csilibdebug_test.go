@@ -74,7 +74,7 @@ func TestOff(t *testing.T) {
 		{"accesscheck=1", false, false, "1 (CSILIBDEBUG)"},
 		{"accesscheck=0", false, true, "0 (CSILIBDEBUG)"},
 		{"", true, true, "0 (manager.Options.DisableAccessCheck)"},
-		{"accesscheck=0", true, true, "0 (manager.Options.DisableAccessCheck)"},
+		{"accesscheck=0", true, true, "0 (manager.Options.DisableAccessCheck; accesscheck=0 ignored)"},
 		{"accesscheck=1", true, true, "0 (manager.Options.DisableAccessCheck; accesscheck=1 ignored)"},
 		{"outageprobe=0", false, false, "1 (default)"},
 	} {
@@ -86,6 +86,34 @@ func TestOff(t *testing.T) {
 		if off != tc.wantOff || logged != tc.wantLogged {
 			t.Errorf("CSILIBDEBUG=%q, off in code %v: (%v, %q), want (%v, %q)", tc.env, tc.offInCode, off, logged, tc.wantOff, tc.wantLogged)
 		}
+	}
+}
+
+// A value the driver set in code that is neither on nor off is logged as the driver's.
+func TestSetInCode(t *testing.T) {
+	v, err := Parse("issuancelimit=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := v.SetInCode(IssuanceLimit, "64"), "64 (manager.Options.MaxConcurrentIssuances; issuancelimit=0 ignored)"; got != want {
+		t.Errorf("SetInCode = %q, want %q", got, want)
+	}
+	if got, want := (Values{}).SetInCode(IssuanceLimit, "64"), "64 (manager.Options.MaxConcurrentIssuances)"; got != want {
+		t.Errorf("SetInCode without the setting = %q, want %q", got, want)
+	}
+}
+
+// An error quotes at most 32 bytes of what it names: a secret pasted into the variable by
+// mistake is not logged whole.
+func TestParseErrorsQuoteAShortPrefix(t *testing.T) {
+	secret := "token=eyJhbGciOiJSUzI1NiIsImtpZCI6IjEyMyJ9.payload.signature"
+	_, err := Parse(secret)
+	if err == nil || strings.Contains(err.Error(), "payload.signature") {
+		t.Fatalf("Parse: %v, want an error without the whole item", err)
+	}
+	_, err = Parse("accesscheck=" + secret)
+	if err == nil || strings.Contains(err.Error(), "payload.signature") {
+		t.Fatalf("Parse: %v, want an error without the whole value", err)
 	}
 }
 

@@ -44,6 +44,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/cert-manager/csi-lib/internal/csilibdebug"
 	"github.com/cert-manager/csi-lib/test/testkit/controlplane"
 )
 
@@ -59,6 +60,8 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	// The tests set the CSILIBDEBUG settings they need; none comes from the environment.
+	os.Unsetenv(csilibdebug.EnvironmentVariable)
 	for _, env := range []string{"KUBEBUILDER_ASSETS", "CM_CONTROLLERS"} {
 		if os.Getenv(env) == "" {
 			fmt.Fprintln(os.Stderr, env, "is not set: run these tests with `make integration`")
