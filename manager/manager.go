@@ -132,6 +132,7 @@ func NewManager(opts Options) (*Manager, error) {
 	m.table = newVolumeTable()
 	m.loops = loops{iss: &m.issuer, table: m.table, schedule: loopScheduleOf(opts)}
 	m.queue = workqueue.New(opts.Clock, m.life, m.loops.process)
+	m.loops.queue = m.queue
 	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.NewestNotAfter, conditions)
 	m.table.observer = m.board
 	m.accessChecked = make(chan struct{})
@@ -298,7 +299,6 @@ func (m *Manager) IsVolumeReadyToRequest(volumeID string) (bool, string) {
 // calls it when a gate condition may have changed.
 func (m *Manager) Requeue(volumeID string) {
 	if v := m.table.get(volumeID); v != nil {
-		v.requeued()
 		m.queue.Wake(v, requeueEnds)
 	}
 }
