@@ -295,8 +295,10 @@ func (m *Manager) IsVolumeReadyToRequest(volumeID string) (bool, string) {
 }
 
 // Requeue makes a managed volume re-evaluate now if it is waiting because its gate was closed or
-// its certificate is not yet due. It never shortens the wait after an issuance error. A driver
-// calls it when a gate condition may have changed.
+// its certificate is not yet due. It never shortens the wait after an issuance error. One that
+// comes while the volume's loop takes a turn is answered by the turn's attempt, or ends the wait
+// the turn decides (see the package documentation). A driver calls it when a gate condition may
+// have changed.
 func (m *Manager) Requeue(volumeID string) {
 	if v := m.table.get(volumeID); v != nil {
 		m.queue.Wake(v, requeueEnds)
