@@ -62,7 +62,7 @@ limitations under the License.
 //	                and those the start-up sweep kept
 //	workqueue       the work queue the loops turn on: keys wait on timers of the injected
 //	                clock, become ready in one FIFO, and are processed by workers started on
-//	                demand, never two at once for one key
+//	                demand, never two at once for one key; it keeps a pending Requeue
 //	admission       the node-wide limits: slots and a rate bucket, first come first served
 //	outage          notices an unreachable apiserver, probes it, and tells the loops that failed
 //	                for want of it when it is back
@@ -201,6 +201,13 @@ limitations under the License.
 //	any other error          the renewal backoff; nothing ends this wait early, which protects
 //	                         the signers and the apiserver, except the end of an outage when
 //	                         the attempt could not reach the apiserver (outage probes it)
+//
+// A Requeue that comes during a turn is answered by the turn's attempt if it comes before the
+// attempt starts; otherwise it ends the wait the turn decides, if a Requeue ends that wait. So a
+// Requeue adds at most one gate ask, and never changes the gate backoff's steps: the refusals
+// since the last success or error wait the steps in order, each step once, except the first
+// step, waited twice after a first turn's refusal; a wait a Requeue ended early took its step
+// all the same, and the next refusal waits the next one.
 //
 // The board is told each outcome: the counters, the state, an Event, and the overdue and expiry
 // timers it arms from the renewal point.

@@ -96,8 +96,8 @@ type written struct {
 // step, a failure by the renewal backoff's next step (each backoff starts again after a success
 // or an outcome of the other class); a gate-pending outcome in a registration's first turn waits
 // the gate backoff's first step without taking it. Requeue ends a wait until due or a
-// gate-pending wait at once, and never a wait after a failure (it stays pending, and the next
-// attempt answers it). A new registration (unmanage and manage, or a restart) forgets the last
+// gate-pending wait at once, and never a wait after a failure (the attempt after that wait
+// answers it). A new registration (unmanage and manage, or a restart) forgets the last
 // success and the backoffs.
 type loopModel struct {
 	id                      string
@@ -110,7 +110,6 @@ type loopModel struct {
 	last         *modelSuccess
 	renewalSteps int
 	gateSteps    int
-	requeued     bool // a Requeue waits in the volume's channel
 	firstTurn    bool // the registration's loop has not taken its first turn
 	waiting      waitKind
 	wakeAt       time.Time
@@ -190,15 +189,10 @@ func (m *loopModel) wake(o loopObserver, firstBackground bool) {
 		first := m.firstTurn
 		m.firstTurn = false
 		if d := m.dueIn(); d > 0 {
-			o.wait(d, !m.requeued)
-			if m.requeued {
-				m.requeued = false
-				continue
-			}
+			o.wait(d, true)
 			m.waiting, m.wakeAt = waitUntilDue, m.now.Add(d)
 			return
 		}
-		m.requeued = false
 		outcome, w := o.attempt(m.now, background)
 		background = true
 		switch outcome {
@@ -255,7 +249,6 @@ func (m *loopModel) step(o loopObserver, s time.Duration) {
 // requeue is a Requeue of the volume.
 func (m *loopModel) requeue(o loopObserver) {
 	if m.waiting == waitAfterError {
-		m.requeued = true
 		o.nothing()
 		return
 	}
@@ -264,7 +257,7 @@ func (m *loopModel) requeue(o loopObserver) {
 
 // newRegistration is the state of a new registration of the volume.
 func (m *loopModel) newRegistration() {
-	m.last, m.renewalSteps, m.gateSteps, m.requeued, m.firstTurn = nil, 0, 0, false, true
+	m.last, m.renewalSteps, m.gateSteps, m.firstTurn = nil, 0, 0, true
 }
 
 // timingHarness drives the real manager and checks what it does against the model.

@@ -41,6 +41,8 @@ type loops struct {
 	iss      *issuer
 	table    *volumeTable
 	schedule loopSchedule
+	// queue is the work queue the loops turn on; it keeps the pending Requeue (requeueEnds).
+	queue *workqueue.Queue[*managedVolume, loopState]
 }
 
 // loopSchedule is how loops wait after an attempt: Options.RenewalBackoffConfig,
@@ -81,7 +83,13 @@ func (l *loops) firstState(known *metadata.Metadata) loopState {
 	return loopState{renewal: l.schedule.renewal, gate: l.schedule.gate, wait: noWait, known: known, first: true}
 }
 
-// requeueEnds reports whether Requeue ends a wait in state s: one until due, or for the gate.
+// requeueEnds reports whether a Requeue ends a wait in state s: one until due, or for the gate.
+// The work queue keeps the Requeue (Wake), and this is its rule. A Requeue ends such a wait at
+// once. One that comes while a turn runs, before its attempt starts, is answered by that attempt
+// (issue drops it: Unwake); one that comes later, or in a turn that makes no attempt, ends the
+// wait the turn decides, if it is such a wait. Any other Requeue is answered by the turn to come,
+// or by nothing (a wait after an error runs its time). So one Requeue adds at most one gate ask,
+// and never changes which gate backoff step a refusal waits (see backoff).
 func requeueEnds(s loopState) bool {
 	return s.wait == waitUntilDue || s.wait == waitGatePending
 }
@@ -95,7 +103,6 @@ func (l *loops) process(tr *lifetime.Tracked, v *managedVolume, s loopState, ear
 	case early && s.wait == waitAfterOutage:
 		v.logger(l.iss.log).V(2).Info("The apiserver is reachable again: attempting now")
 	case early:
-		v.takeRequeue()
 		v.logger(l.iss.log).V(4).Info("Requeued: re-evaluating now")
 	case s.polling:
 		open, alive := l.gateOpens(tr, v)
@@ -229,17 +236,12 @@ const (
 	waitAfterOutage
 )
 
-// waitFor is the queue's wait of d for kind (zero or less: a turn at once). A wait that Requeue
-// ends is ended at once by a Requeue that came during the turn; a gate wait longer than
+// waitFor is the queue's wait of d for kind (zero or less: a turn at once). The queue ends it at
+// once if a Requeue it kept during the turn ends it (requeueEnds); a gate wait longer than
 // GatePollInterval waits one poll interval at a time.
 func (l *loops) waitFor(v *managedVolume, s loopState, d time.Duration, kind waitKind) workqueue.Next[loopState] {
 	s.wait, s.polling, s.left = kind, false, 0
 	if d <= 0 {
-		return workqueue.Next[loopState]{State: s}
-	}
-	if requeueEnds(s) && v.takeRequeue() {
-		v.logger(l.iss.log).V(4).Info("Requeued: re-evaluating now")
-		s.wait = noWait
 		return workqueue.Next[loopState]{State: s}
 	}
 	if poll := l.schedule.gatePoll; kind == waitGatePending && poll > 0 && d > poll {
@@ -264,8 +266,10 @@ func (l *loops) gateOpens(tr *lifetime.Tracked, v *managedVolume) (open, alive b
 
 // issue is the loop's attempt: it ends when the volume is unmanaged, the manager stops, or
 // after issueTimeout on the injected clock. Any error once the volume is unmanaged is errStopped:
-// not an issuance failure.
+// not an issuance failure. The attempt answers the Requeue the queue kept during the turn, which
+// it drops as it starts (see requeueEnds).
 func (l *loops) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Metadata) error {
+	l.queue.Unwake(v)
 	ctx, deadline, end, cancel := attemptContext(l.iss.clock, v)
 	err := (&issueAttempt{iss: l.iss, v: v, meta: meta, tr: tr, deadline: deadline}).run(ctx, end)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
@@ -294,11 +298,10 @@ func (iss *issuer) issueForCaller(ctx context.Context, v *managedVolume, meta me
 }
 
 // run makes the attempt under ctx, which end ends with a cause (unmanaged, the pod terminating,
-// the deadline), as the volume's attempt in flight. A Requeue that arrived before it is dropped:
-// the attempt answers it. An attempt ended because its pod terminates returns an error matching
-// ErrPodTerminating, whatever the call it was in reported (often only a cancelled context).
+// the deadline), as the volume's attempt in flight. An attempt ended because its pod terminates
+// returns an error matching ErrPodTerminating, whatever the call it was in reported (often only a
+// cancelled context).
 func (a *issueAttempt) run(ctx context.Context, end context.CancelCauseFunc) error {
-	a.v.takeRequeue()
 	a.v.attemptStarted(end)
 	err := a.issue(ctx)
 	a.v.attemptDone()

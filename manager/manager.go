@@ -132,6 +132,7 @@ func NewManager(opts Options) (*Manager, error) {
 	m.table = newVolumeTable()
 	m.loops = loops{iss: &m.issuer, table: m.table, schedule: loopScheduleOf(opts)}
 	m.queue = workqueue.New(opts.Clock, m.life, m.loops.process)
+	m.loops.queue = m.queue
 	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.NewestNotAfter, conditions)
 	m.table.observer = m.board
 	m.accessChecked = make(chan struct{})
@@ -294,11 +295,12 @@ func (m *Manager) IsVolumeReadyToRequest(volumeID string) (bool, string) {
 }
 
 // Requeue makes a managed volume re-evaluate now if it is waiting because its gate was closed or
-// its certificate is not yet due. It never shortens the wait after an issuance error. A driver
-// calls it when a gate condition may have changed.
+// its certificate is not yet due. It never shortens the wait after an issuance error. One that
+// comes while the volume's loop takes a turn is answered by the turn's attempt, or ends the wait
+// the turn decides (see the package documentation). A driver calls it when a gate condition may
+// have changed.
 func (m *Manager) Requeue(volumeID string) {
 	if v := m.table.get(volumeID); v != nil {
-		v.requeued()
 		m.queue.Wake(v, requeueEnds)
 	}
 }

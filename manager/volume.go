@@ -42,8 +42,6 @@ type managedVolume struct {
 	// ctx ends with the registration; the contexts of its attempts derive from it. It is a
 	// context and keeps its own lock, as every context does.
 	ctx *cancelctx.Context
-	// requeue holds at most one pending Requeue.
-	requeue chan struct{}
 
 	mu    sync.Mutex
 	flags volumeFlags
@@ -98,30 +96,11 @@ type attemptInFlight struct {
 }
 
 func newVolume(id string, now time.Time, resumed bool) *managedVolume {
-	v := &managedVolume{id: id, managedAt: now, ctx: cancelctx.New(), requeue: make(chan struct{}, 1)}
+	v := &managedVolume{id: id, managedAt: now, ctx: cancelctx.New()}
 	if resumed {
 		v.flags = flagResumed
 	}
 	return v
-}
-
-// requeued records a Requeue, pending until an attempt or a wait takes it (takeRequeue); at most
-// one is pending.
-func (v *managedVolume) requeued() {
-	select {
-	case v.requeue <- struct{}{}:
-	default:
-	}
-}
-
-// takeRequeue takes the pending Requeue, if any.
-func (v *managedVolume) takeRequeue() bool {
-	select {
-	case <-v.requeue:
-		return true
-	default:
-		return false
-	}
 }
 
 // startsLoop records that the volume's loop starts; false if it has started already or the

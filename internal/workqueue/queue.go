@@ -105,8 +105,10 @@ func (q *Queue[K, S]) Add(k K, s S) bool {
 }
 
 // Wake ends k's wait now if match says its state may be woken; the processing is told early.
-// A Wake that comes while k is processing is kept, and ends the wait that processing decides
-// at once if match accepts its state. It reports whether k's wait ended.
+// A Wake that comes while k is ready does nothing: the processing to come answers it. One that
+// comes while k is processing is kept (the last one), and ends the wait that processing decides
+// at once if match accepts its state, unless the processing drops it first (Unwake). It reports
+// whether k's wait ended.
 func (q *Queue[K, S]) Wake(k K, match func(S) bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -122,6 +124,17 @@ func (q *Queue[K, S]) Wake(k K, match func(S) bool) bool {
 		return true
 	}
 	return false
+}
+
+// Unwake drops the Wake kept for k while it is processing, if any: the processing tells the
+// queue it has reached the point that answers every Wake that came before. A Wake after Unwake
+// is kept again.
+func (q *Queue[K, S]) Unwake(k K) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e := q.keys[k]; e != nil && e.place == processing {
+		e.wake = nil
+	}
 }
 
 // WakeAll is Wake for every waiting key whose state match accepts; it returns how many woke.

@@ -238,6 +238,39 @@ func TestAWakeDuringProcessingEndsTheNextWait(t *testing.T) {
 	}
 }
 
+// TestUnwakeDropsTheWakesBeforeIt: a processing that calls Unwake drops the Wake kept so far,
+// so the wait it decides runs its time; a Wake after its Unwake is kept, and ends that wait.
+func TestUnwakeDropsTheWakesBeforeIt(t *testing.T) {
+	all := func(int) bool { return true }
+	var h *harness
+	h = newHarness(t, func(k, n int) Next[int] {
+		h.q.Unwake(k)
+		if n == 1 {
+			h.q.Wake(k, all)
+		}
+		return waitThen(time.Hour, n)
+	})
+	h.hold()
+	h.q.Add(1, -1)
+	h.untilProcessed(1)
+	h.q.Wake(1, all) // kept, then dropped by the processing's Unwake
+	h.release()
+	h.untilIdle()
+	if got := h.untilProcessed(1); len(got) != 1 || h.clock.Waiters() != 1 {
+		t.Fatalf("a Wake that Unwake dropped ended the next wait: %v", got)
+	}
+	h.clock.Step(time.Hour)
+	got := h.untilProcessed(3)
+	want := []processed{{1, -1, false, 0}, {1, 0, false, time.Hour}, {1, 1, true, time.Hour}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("a Wake after Unwake did not end the next wait: got %v, want %v", got, want)
+	}
+	h.untilIdle()
+	if got := h.untilProcessed(3); len(got) != 3 || h.clock.Waiters() != 1 {
+		t.Fatalf("the last wait ended early: %v", got)
+	}
+}
+
 // TestForgetAndStop: Forget takes a waiting key out and stops its timer; a processing key
 // leaves after its processing, whatever it decides; Stop takes every key out, its workers end
 // and Add fails.
