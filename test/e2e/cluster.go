@@ -57,6 +57,9 @@ type cluster struct {
 	metricsAddress string
 	stopSigner     context.CancelFunc
 	signerDone     chan struct{}
+	// setAuditFrom is where the apiserver's audit log stood when story 13 began: story 14
+	// counts story 13's reviews from there.
+	setAuditFrom int64
 
 	mu          sync.Mutex
 	certManager bool                       // cert-manager's controllers sign, not the signer below

@@ -96,6 +96,7 @@ var (
 func (c *cluster) storyDeploymentAppliedWhole(ctx context.Context) (r result) {
 	r = result{story: "13 examples/deploy applied whole"}
 	start := time.Now()
+	c.setAuditFrom = fileSize(filepath.Join(c.n.dir, "audit.log"))
 	fail := func(err error) result {
 		r.detail = err.Error()
 		return r
