@@ -224,6 +224,49 @@ limitations under the License.
 // store persisted its key; otherwise it is deleted and a new one created. Volumes that were never
 // mounted are not resumed (storage removes them at start-up).
 //
+// # Lock order
+//
+// Each owner has one mutex. It guards that owner's fields and nothing else:
+//
+//	table         volumeTable.mu: the registered volumes, by ID and by pod, what is shown of
+//	              each, the counts by state, the terminating pods, stopped
+//	volume        managedVolume.mu: the volume's flags, pod, last write and attempt in flight
+//	podcondition  podcondition.Writer.mu: each pod's volumes, their validity, what it carries
+//	series        seriesRetention.mu: the pending deletions of departed volumes' series
+//	deadline      attemptDeadline.mu: the timer of one background attempt
+//	queue         workqueue.Queue.mu: every key's place, state and timer; the worker counts
+//	admission     admission.Limits.mu: the slots in use, the waiters, the token timer
+//	outage        outage.Outage.mu: whether a probe runs, and the current outage's ID
+//	pendingkeys   pendingkeys.Keys.mu: the held keys and those the sweep kept
+//	certrequests  certrequests.View.mu: the creation order, the waiters, the watch's health
+//	cancelctx     cancelctx.Context.mu: whether the context ended, and its AfterFunc's
+//	lifetime      lifetime.Lifetime.mu: the goroutines Stop waits for
+//
+// No lock is held while another owner's method is called, except in this order:
+//
+//	table -> volume         the table takes the volume's lock after its own, to file it
+//	                        under its pod, close it or change what is shown of it
+//	volume -> podcondition  the board, told under both, sets the volume's share of its
+//	                        pod's condition (SetVolume, RemoveVolume)
+//	podcondition -> its own queue (client-go's): SetVolume queues the pod
+//	volume -> context       a pod that terminates ends the attempt in flight (its cancel,
+//	                        which may take the volume's cancelctx lock)
+//	table -> clock          the board reads the clock and arms or stops the certificate
+//	                        timers under the table's lock and the volume's
+//	series, deadline, queue, admission, pendingkeys -> clock: they arm and stop their timers
+//	queue -> lifetime       a worker is tracked as it starts
+//	outage -> lifetime      a probe is tracked as it starts
+//
+// Outside the library, under a lock: the table sets the state gauge (Metrics), admission
+// counts its waiters (Metrics), and pendingkeys calls the driver's key store and reads the
+// informer's cache.
+//
+// So the order is table, volume, podcondition, then the rest; the clock, cancelctx and
+// lifetime are last. certrequests and lifetime call nothing under their locks. Nothing takes
+// the table's lock under another. Callbacks out of an owner (an outage ending, a pod gone, a
+// timer firing) run without its lock, and a timer's function runs on its own goroutine, never
+// under the fake clock's lock.
+//
 // # Blocking and the clock
 //
 // ManageVolume, ManageVolumeImmediate and UnmanageVolume return what drivers' tests expect (see
