@@ -33,9 +33,10 @@ import (
 // The volume owns its state and guards all of it with mu; what other owners need of it they ask
 // for through its methods. What is shown of it is the volume table's (see tableEntry). The table
 // takes mu, after its own lock, when it files the volume under its pod, marks its loop started or
-// changes what is shown of it, so that the board reads the volume's pod and flags as they are;
-// nothing holding mu takes another lock of the manager's, except the pod conditions' from the
-// board while it shows a volume.
+// changes what is shown of it, so that the board reads the volume's pod and flags as they are.
+// Holding mu, the volume takes only the locks after it in the package doc's lock order: the pod
+// conditions' (the board showing it), its attempt's context's (ending the attempt in flight) and
+// the clock's (the board's timers).
 type managedVolume struct {
 	id        string
 	managedAt time.Time
