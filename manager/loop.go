@@ -17,9 +17,7 @@ limitations under the License.
 package manager
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -38,8 +36,11 @@ import (
 // by the outcome's class, on the volume's own backoffs. Between turns the queue keeps the loop's
 // state (loopState) and the wait's timer; no goroutine waits for a volume.
 type loops struct {
-	iss      *issuer
-	table    *volumeTable
+	iss      *issuance
+	registry *registry
+	status   *status
+	// end ends a registration (Manager.end), for a volume whose metadata is gone.
+	end      func(v *managedVolume, fence bool) bool
 	schedule loopSchedule
 	// queue is the work queue the loops turn on; it keeps the pending Requeue (requeueEnds).
 	queue *workqueue.Queue[*managedVolume, loopState]
@@ -137,13 +138,12 @@ func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqu
 	if known := s.known; known != nil {
 		s.known, meta = nil, *known
 	} else if meta, err = iss.store.ReadMetadata(v.id); err == nil {
-		l.table.note(v, meta)
+		l.noteMetadata(v, meta)
 	}
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		v.logger(iss.log).Info("Volume metadata is gone; no longer managing the volume")
-		l.table.remove(v)
-		v.ctx.Cancel()
+		l.end(v, false)
 		return drop
 	case err != nil:
 		v.logger(iss.log).Error(err, "Cannot read volume metadata")
@@ -153,7 +153,7 @@ func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqu
 	renewAt, held := heldTo(meta, last)
 	wait := untilDue(meta, last, iss.clock.Now())
 	if held {
-		iss.board.watchCertificate(v, renewAt)
+		l.status.watchCertificate(v, renewAt)
 	}
 	if wait > 0 {
 		return l.waitFor(v, s, wait, waitUntilDue)
@@ -169,7 +169,9 @@ func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqu
 	if !terminated {
 		delay, kind = l.backoff(&s, outcome, first)
 	}
-	iss.board.attemptEnded(v, outcome, false, delay)
+	if outcome != nil {
+		l.status.attemptFailed(v, outcome, false, delay)
+	}
 	switch {
 	case terminated:
 		return drop
@@ -281,32 +283,11 @@ func (l *loops) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Meta
 	return err
 }
 
-// issueForCaller is ManageVolumeImmediate's and a publish's attempt: on the caller's goroutine,
-// under the caller's ctx (and the volume's). It runs before the volume's loop starts, so it never
-// overlaps another attempt of the volume.
-// meta is the volume's metadata as the caller just read it; gateOpen says the caller asked the
-// gate already. Every error it returns counts as an issuance error, the gate's refusal and the
-// caller's deadline included.
-func (iss *issuer) issueForCaller(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(v.ctx, func() { cancel(errStopped) })
-	err := (&issueAttempt{iss: iss, v: v, meta: meta, gateOpen: gateOpen}).run(ctx, cancel)
-	stop()
-	cancel(nil)
-	iss.board.attemptEnded(v, err, true, 0)
-	return err
-}
-
-// run makes the attempt under ctx, which end ends with a cause (unmanaged, the pod terminating,
-// the deadline), as the volume's attempt in flight. An attempt ended because its pod terminates
-// returns an error matching ErrPodTerminating, whatever the call it was in reported (often only a
-// cancelled context).
-func (a *issueAttempt) run(ctx context.Context, end context.CancelCauseFunc) error {
-	a.v.attemptStarted(end)
-	err := a.issue(ctx)
-	a.v.attemptDone()
-	if err != nil && !errors.Is(err, ErrPodTerminating) && errors.Is(context.Cause(ctx), ErrPodTerminating) {
-		return fmt.Errorf("%w: %v", ErrPodTerminating, err)
+// noteMetadata takes in what the volume's metadata, just read, says: its pod, and whether it
+// records a certificate.
+func (l *loops) noteMetadata(v *managedVolume, meta metadata.Metadata) {
+	l.registry.setPod(v, podOf(meta))
+	if hasCertificate(meta) {
+		l.status.hasCertificate(v)
 	}
-	return err
 }

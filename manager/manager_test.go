@@ -322,7 +322,7 @@ func TestPendingRequestResumedWhileKeyInMemory(t *testing.T) {
 	if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(cert.PublicKey) {
 		t.Fatal("written key does not match the resumed request")
 	}
-	left := e.m.keys.Count()
+	left := e.m.issuance.keys.Count()
 	if left != 0 {
 		t.Fatalf("%d pending keys kept after issuance", left)
 	}
