@@ -193,9 +193,8 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 		return driverErr
 	}
 	// The driver's functions may outlast the attempt (unmanaged, stopped, deadline): then
-	// nothing is created. The volume's context is checked directly: the attempt's context
-	// learns of an unmanage asynchronously.
-	if v.ctx.Err() != nil {
+	// nothing is created.
+	if v.ended() {
 		return errStopped
 	}
 	if err := context.Cause(ctx); err != nil {
@@ -385,16 +384,14 @@ func (a *issueAttempt) admit(ctx context.Context) (release func(), err error) {
 }
 
 // issueForCaller is ManageVolumeImmediate's and a publish's attempt: on the caller's goroutine,
-// under the caller's ctx (and the volume's). It runs before the volume's loop starts, so it never
+// under the caller's ctx, which the volume's end ends too. It runs before the volume's loop starts, so it never
 // overlaps another attempt of the volume.
 // meta is the volume's metadata as the caller just read it; gateOpen says the caller asked the
 // gate already. Every error it returns counts as an issuance error, the gate's refusal and the
 // caller's deadline included.
 func (iss *issuance) issueForCaller(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(v.ctx, func() { cancel(errStopped) })
 	err := (&issueAttempt{iss: iss, v: v, meta: meta, gateOpen: gateOpen}).run(ctx, cancel)
-	stop()
 	cancel(nil)
 	if err != nil {
 		iss.status.attemptFailed(v, err, true, 0)

@@ -69,7 +69,6 @@ limitations under the License.
 //	apicall         what a refused or unanswered call to the apiserver means
 //	lifetime        the goroutines Stop waits for (the queue's workers among them), and the
 //	                context it ends
-//	cancelctx       a volume's context, which costs one channel while the volume is idle
 //	clockutil       timers on the injected clock
 //
 // # A volume's status
@@ -238,7 +237,6 @@ limitations under the License.
 //	outage        outage.Outage.mu: whether a probe runs, and the current outage's ID
 //	pendingkeys   pendingkeys.Keys.mu: the held keys and those the sweep kept
 //	certrequests  certrequests.View.mu: the creation order, the waiters, the watch's health
-//	cancelctx     cancelctx.Context.mu: whether the context ended, and its AfterFunc's
 //	lifetime      lifetime.Lifetime.mu: the goroutines Stop waits for
 //
 // No lock is held while another owner's method is called, except in this order:
@@ -248,8 +246,7 @@ limitations under the License.
 //	status -> volume        the status reads the volume's pod, for its Events and condition
 //	status -> podcondition  the status sets the volume's share of its pod's condition
 //	podcondition -> its own queue (client-go's): SetVolume queues the pod
-//	volume -> context       a pod that terminates ends the attempt in flight (its cancel,
-//	                        which may take the volume's cancelctx lock)
+//	volume -> context       a pod that terminates ends the attempt in flight (its cancel)
 //	status, series, deadline, queue, admission, pendingkeys -> clock: they arm and stop timers
 //	queue -> lifetime       a worker is tracked as it starts
 //	outage -> lifetime      a probe is tracked as it starts
@@ -260,7 +257,7 @@ limitations under the License.
 // gauge (Metrics), admission counts its waiters (Metrics), and pendingkeys calls the driver's key
 // store and reads the informer's cache.
 //
-// The volume's lock is taken last of the manager's own; the clock, cancelctx and lifetime are
+// The volume's lock is taken last of the manager's own; the clock, the contexts and lifetime are
 // last of all. certrequests and lifetime call nothing under their locks. Callbacks out of an
 // owner (an outage ending, a pod gone, a timer firing) run without its lock, and a timer's
 // function runs on its own goroutine, never under the fake clock's lock.

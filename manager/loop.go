@@ -99,7 +99,7 @@ func requeueEnds(s loopState) bool {
 // turn), and the wait that follows it. tr is the worker's registration with Stop.
 func (l *loops) process(tr *lifetime.Tracked, v *managedVolume, s loopState, early bool) workqueue.Next[loopState] {
 	switch {
-	case v.ctx.Err() != nil:
+	case v.ended():
 		return drop
 	case early && s.wait == waitAfterOutage:
 		v.logger(l.iss.log).V(2).Info("The apiserver is reachable again: attempting now")
@@ -258,12 +258,12 @@ func (l *loops) waitFor(v *managedVolume, s loopState, d time.Duration, kind wai
 func (l *loops) gateOpens(tr *lifetime.Tracked, v *managedVolume) (open, alive bool) {
 	meta, err := l.iss.store.ReadMetadata(v.id)
 	if err != nil {
-		return false, v.ctx.Err() == nil
+		return false, !v.ended()
 	}
 	if !tr.Outside(func() { open, _ = l.iss.driver.readyToRequest(meta) }) {
 		return false, false
 	}
-	return open, v.ctx.Err() == nil
+	return open, !v.ended()
 }
 
 // issue is the loop's attempt: it ends when the volume is unmanaged, the manager stops, or
@@ -272,12 +272,12 @@ func (l *loops) gateOpens(tr *lifetime.Tracked, v *managedVolume) (open, alive b
 // it drops as it starts (see requeueEnds).
 func (l *loops) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Metadata) error {
 	l.queue.Unwake(v)
-	ctx, deadline, end, cancel := attemptContext(l.iss.clock, v)
+	ctx, deadline, end, cancel := attemptContext(l.iss.clock)
 	err := (&issueAttempt{iss: l.iss, v: v, meta: meta, tr: tr, deadline: deadline}).run(ctx, end)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
 	cancel()
-	if v.ctx.Err() != nil && err != nil {
+	if v.ended() && err != nil {
 		return errStopped
 	}
 	return err

@@ -357,7 +357,6 @@ func (m *Manager) end(v *managedVolume, fence bool) bool {
 		return false
 	}
 	m.status.remove(v)
-	v.ctx.Cancel()
 	m.queue.Forget(v)
 	if fence {
 		v.fence()

@@ -603,8 +603,7 @@ func TestAttemptDeadlineOnEitherClock(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			fc := testclock.NewFakeClock(start)
-			v := newVolume("v", start, false)
-			ctx, deadline, _, cancel := attemptContext(wrap(fc), v)
+			ctx, deadline, _, cancel := attemptContext(wrap(fc))
 			defer cancel()
 			fc.Step(issueTimeout - time.Millisecond)
 			if ctx.Err() != nil {

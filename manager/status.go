@@ -286,7 +286,7 @@ func (s *status) attemptFailed(v *managedVolume, err error, forCaller bool, next
 	default:
 		log.Error(err, "Issuance attempt failed")
 		s.metrics.IncrementIssueErrorCountTotal(s.nodeHash, v.id)
-		if v.ctx.Err() != nil {
+		if v.ended() {
 			return
 		}
 	}

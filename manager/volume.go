@@ -21,7 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cert-manager/csi-lib/internal/cancelctx"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -39,9 +38,6 @@ import (
 type managedVolume struct {
 	id        string
 	managedAt time.Time
-	// ctx ends with the registration; the contexts of its attempts derive from it. It is a
-	// context and keeps its own lock, as every context does.
-	ctx *cancelctx.Context
 
 	mu    sync.Mutex
 	flags volumeFlags
@@ -67,7 +63,7 @@ const (
 	flagTerminating
 	// fenced: UnmanageVolume has run; nothing writes for this registration any more.
 	flagFenced
-	// closed: the registration ended (see close); no loop starts for it.
+	// closed: the registration ended (see close): no loop starts for it, and no attempt runs.
 	flagClosed
 )
 
@@ -116,7 +112,7 @@ func podOf(meta metadata.Metadata) *volumePod {
 }
 
 func newVolume(id string, now time.Time, resumed bool) *managedVolume {
-	v := &managedVolume{id: id, managedAt: now, ctx: cancelctx.New()}
+	v := &managedVolume{id: id, managedAt: now}
 	if resumed {
 		v.flags = flagResumed
 	}
@@ -142,12 +138,16 @@ func (v *managedVolume) is(f volumeFlags) bool {
 	return v.flags&f == f
 }
 
-// attemptStarted records the attempt starting, with the cancel that ends it; attemptDone
-// clears it.
+// attemptStarted records the attempt starting, with the cancel that ends it (at once, with
+// errStopped, if the registration has ended); attemptDone clears it.
 func (v *managedVolume) attemptStarted(end context.CancelCauseFunc) {
 	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.flags&flagClosed != 0 {
+		end(errStopped)
+		return
+	}
 	v.inFlight = &attemptInFlight{end: end}
-	v.mu.Unlock()
 }
 
 func (v *managedVolume) attemptDone() {
@@ -180,13 +180,22 @@ func (v *managedVolume) setPod(pod *volumePod) (old types.UID, changed bool) {
 	return old, true
 }
 
-// close marks the registration ended (no loop starts for it any more) and reports its pod's UID.
-// The registry closes a volume as it removes it.
+// close ends the registration: no loop starts for it any more, and the attempt in flight, if
+// any, ends with errStopped. It reports the pod's UID. The registry closes a volume as it
+// removes it.
 func (v *managedVolume) close() types.UID {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.flags |= flagClosed
+	if v.inFlight != nil && v.inFlight.end != nil {
+		v.inFlight.end(errStopped)
+	}
 	return v.pod.UID()
+}
+
+// ended reports whether the registration has ended (close).
+func (v *managedVolume) ended() bool {
+	return v.is(flagClosed)
 }
 
 // writeStarts reports whether the attempt in flight may call WriteKeypair: false once the
