@@ -181,6 +181,9 @@ func (r *Remover) waitForRegistration(ctx context.Context) bool {
 		if registered {
 			return true
 		}
+		if ctx.Err() != nil {
+			return false
+		}
 		if events {
 			b = r.cfg.Backoff
 		} else if !r.pause(ctx, &b, "the watch of the node's CSINode ended") {
@@ -297,6 +300,9 @@ func (r *Remover) clear(ctx context.Context, registered time.Time) int {
 			continue
 		}
 		tainted, events, ended := r.watchNode(ctx, w, deadline)
+		if ctx.Err() != nil {
+			return removed
+		}
 		switch {
 		case tainted != nil:
 			node = tainted
