@@ -367,3 +367,29 @@ func TestClientGoBackoffJitter(t *testing.T) {
 		t.Errorf("client-go's rate limiter gave %d distinct waits; the package documentation's figure is stale", len(theirs))
 	}
 }
+
+// TestClientGoWorkersOnDemand: 64 keys whose turns all block (attempts waiting for their
+// signatures) start at once on both queues: here a worker starts for each ready key, and the
+// manager's pattern on client-go's queue runs a goroutine per Get. Logged, not a reason this
+// queue stays.
+func TestClientGoWorkersOnDemand(t *testing.T) {
+	const n = 64
+	ours := newHarness(t, func(_, _ int) Next[int] { return Next[int]{Drop: true} })
+	ours.hold()
+	for k := range n {
+		ours.q.Add(k, 0)
+	}
+	ourTurns := len(ours.untilProcessed(n))
+
+	cg := newCGHarness(t, func(_, _ int) time.Duration { return 0 })
+	cg.hold()
+	for k := range n {
+		cg.q.Add(k)
+	}
+	cgTurns := len(cg.until("every turn started", func(log []processed, _ int) bool { return len(log) == n }))
+
+	t.Logf("figure: turns running at once, none returning, for %d ready keys: this queue %d, client-go's with a goroutine per Get %d", n, ourTurns, cgTurns)
+	if ourTurns != n || cgTurns != n {
+		t.Errorf("turns at once: this queue %d, client-go's %d; want %d", ourTurns, cgTurns, n)
+	}
+}

@@ -51,7 +51,7 @@ limitations under the License.
 //
 // Two things client-go's queue does meet, so they are not why this queue stays: a step of the
 // fake clock right after AddAfter is not missed (0 of 1,000 steps), and a goroutine per Get
-// starts workers on demand.
+// starts workers on demand (64 blocked turns run at once on both).
 //
 // Every figure is measured by the tests in clientgo_test.go:
 //
