@@ -31,10 +31,11 @@ limitations under the License.
 //     100 keys waiting, the clock has 100 waiters here and 2 with client-go's queue (its
 //     heartbeat ticker and one timer for the earliest wait). After Stop with a key waiting:
 //     0 here, 2 with client-go's queue: its ShutDown leaves both on a fake clock.
-//   - A Requeue ends a wait until due or for the gate, and the wait it ends is gone. client-go's queue cannot
-//     end a wait, and AddAfter never delays a key that waits already. A key waits the gate
-//     backoff's 1 s step, and a Requeue comes at 0.5 s: here its turns come at 0 s, 0.5 s and
-//     2.5 s; with client-go's queue at 0 s, 0.5 s and 1 s, so the 2 s step is skipped.
+//   - A Requeue ends a wait until due or for the gate, and the wait it ends is gone.
+//     client-go's queue cannot end a wait, and AddAfter never delays a key that waits already.
+//     A key waits the gate backoff's 1 s step, and a Requeue comes at 0.5 s: here its turns
+//     come at 0 s, 0.5 s and 2.5 s; with client-go's queue at 0 s, 0.5 s and 1 s, so the 2 s
+//     step is skipped.
 //   - A Requeue that the turn's attempt answers costs nothing (Unwake). client-go's queue hands
 //     a key added during its processing out again once it is done: one Requeue during a turn
 //     gives 2 turns with no step of the clock, 1 here.
