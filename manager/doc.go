@@ -109,8 +109,8 @@ limitations under the License.
 //
 // # The work queue
 //
-// The loops share one queue (internal/workqueue), in the shape of client-go's rate-limited
-// work queue and kubelet's pod-certificate manager: a key is a volume's registration, a key is
+// The loops share one queue (internal/workqueue; its doc names, with figures, what client-go's
+// rate-limited work queue cannot do here): a key is a volume's registration, a key is
 // never processed twice at once (a publish's attempt runs before the key is added), its backoffs
 // and wait are the queue's, and each wait is one timer of Options.Clock that Requeue, the gate's
 // poll or the end of an outage ends early, each only for the wait it concerns. Workers start
