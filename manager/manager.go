@@ -56,9 +56,9 @@ type Manager struct {
 	// registry is which volumes are managed; status is what is shown of each.
 	registry *registry
 	status   *status
-	// loops are the volumes' renewal loops, and queue the work queue they turn on.
-	loops loops
-	queue *workqueue.Queue[*managedVolume, loopState]
+	// renewer runs the volumes' renewal loops, and queue is the work queue they turn on.
+	renewer renewer
+	queue   *workqueue.Queue[*managedVolume, loopState]
 	// series deletes the metric series of volumes gone for a retention.
 	series *seriesRetention
 	// accessChecked is closed once the start-up access check has ended (at once when
@@ -133,9 +133,9 @@ func NewManager(opts Options) (*Manager, error) {
 	m.registry = newRegistry()
 	m.status = newStatus(opts, log, nodeHash, m.issuance.requests.NewestNotAfter, conditions)
 	m.issuance.status = m.status
-	m.loops = loops{iss: m.issuance, registry: m.registry, status: m.status, end: m.end, schedule: loopScheduleOf(opts)}
-	m.queue = workqueue.New(opts.Clock, m.life, m.loops.process)
-	m.loops.queue = m.queue
+	m.renewer = renewer{iss: m.issuance, registry: m.registry, status: m.status, end: m.end, schedule: loopScheduleOf(opts)}
+	m.queue = workqueue.New(opts.Clock, m.life, m.renewer.process)
+	m.renewer.queue = m.queue
 	m.accessChecked = make(chan struct{})
 	if opts.DisableAccessCheck {
 		close(m.accessChecked)
@@ -203,7 +203,7 @@ func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (m
 	if err != nil {
 		return true, fmt.Errorf("reading metadata: %w", err)
 	}
-	m.loops.noteMetadata(v, meta)
+	m.renewer.noteMetadata(v, meta)
 	return true, m.issueFirst(ctx, v, meta, false)
 }
 
@@ -366,7 +366,7 @@ func (m *Manager) end(v *managedVolume, fence bool) bool {
 
 // register adds a volume to the managed set, shown in its state, without starting its loop,
 // and keeps its metric series (a retirement pending for the ID is cancelled); meta, if not nil,
-// is the volume's metadata (see loops.noteMetadata), and resumed says it comes from stored state at
+// is the volume's metadata (see renewer.noteMetadata), and resumed says it comes from stored state at
 // start-up. It returns nil if the volume is already managed or the manager is stopped.
 func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *managedVolume {
 	v := newVolume(id, m.opts.Clock.Now(), resumed)
@@ -386,7 +386,7 @@ func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *ma
 // the loop its first read.
 func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
 	if v.startsLoop() {
-		m.queue.Add(v, m.loops.firstState(known))
+		m.queue.Add(v, m.renewer.firstState(known))
 	}
 }
 
