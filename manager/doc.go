@@ -235,7 +235,8 @@ limitations under the License.
 //	queue         workqueue.Queue.mu: every key's place, state and timer; the worker counts
 //	admission     admission.Limits.mu: the slots in use, the waiters, the token timer
 //	outage        outage.Outage.mu: whether a probe runs, and the current outage's ID
-//	pendingkeys   pendingkeys.Keys.mu: the held keys and those the sweep kept
+//	pendingkeys   pendingkeys.Keys.mu: the held keys and those the sweep kept; a lock per volume
+//	              (taken before mu) orders that volume's key file reads and writes
 //	certrequests  certrequests.View.mu: the creation order, the waiters, the watch's health
 //	lifetime      lifetime.Lifetime.mu: the goroutines Stop waits for
 //
@@ -255,7 +256,8 @@ limitations under the License.
 // registry, then shown; it is closed as the registry removes it, then no longer shown, and the
 // status shows no closed volume. Outside the library, under a lock: the status sets the state
 // gauge (Metrics), admission counts its waiters (Metrics), and pendingkeys calls the driver's key
-// store and reads the informer's cache.
+// store under a volume's file lock, never under its mu, so that the informer's events never wait
+// for a disk.
 //
 // The volume's lock is taken last of the manager's own; the clock, the contexts and lifetime are
 // last of all. certrequests and lifetime call nothing under their locks. Callbacks out of an

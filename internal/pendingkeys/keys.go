@@ -24,6 +24,7 @@ import (
 	"crypto"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/clockutil"
+	"github.com/cert-manager/csi-lib/internal/keylock"
 )
 
 // Keys holds the private keys of submitted CertificateRequests whose key pair is not yet
@@ -61,8 +63,13 @@ type Keys struct {
 	// notFound is the store's error for a volume without a key file.
 	notFound error
 
-	// mu guards the maps and serialises every read and write of the key files: the informer's
-	// delete events remove keys while attempts write them.
+	// files serialises the reads and writes of one volume's key files (its pending key and the
+	// key the sweep kept): the informer's delete events remove keys while attempts write them.
+	// A volume's file lock is taken before mu, never under it, and mu is never held across a
+	// file's read or write, so that the informer's events (Seen) never wait for a disk.
+	files keylock.Locks
+
+	// mu guards the maps.
 	mu       sync.Mutex
 	inMemory map[string]Held
 	// unseen holds, by volume ID, the request key of the volume's request that this process
@@ -105,9 +112,10 @@ func New(log logr.Logger, store any, notFound error) *Keys {
 // keep it, on disk. A key that cannot be encoded, or a failed write, is logged: the request then
 // lives on the key in memory only.
 func (k *Keys) Remember(log logr.Logger, volumeID, reqKey string, key crypto.PrivateKey) {
+	defer k.files.LockNoContext(volumeID)()
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	k.inMemory[reqKey] = Held{VolumeID: volumeID, Key: key}
+	k.mu.Unlock()
 	if k.store == nil {
 		return
 	}
@@ -186,29 +194,41 @@ func (k *Keys) Count() int {
 // persisted key is this request's, on disk (a newer request's key is left alone).
 func (k *Keys) Drop(reqKey string) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.dropLocked(reqKey)
+	volumeID, held := k.forgetLocked(reqKey)
+	k.mu.Unlock()
+	if held {
+		k.removeFileOf(volumeID, reqKey)
+	}
 }
 
-func (k *Keys) dropLocked(reqKey string) {
+// forgetLocked forgets the request's key in memory and reports its volume; false if it was not
+// held.
+func (k *Keys) forgetLocked(reqKey string) (volumeID string, held bool) {
 	pk, ok := k.inMemory[reqKey]
 	if !ok {
-		return
+		return "", false
 	}
 	delete(k.inMemory, reqKey)
 	if k.unseen[pk.VolumeID] == reqKey {
 		delete(k.unseen, pk.VolumeID)
 	}
+	return pk.VolumeID, true
+}
+
+// removeFileOf removes the volume's persisted key if it is the request's (a newer request's key
+// is left alone).
+func (k *Keys) removeFileOf(volumeID, reqKey string) {
 	if k.store == nil {
 		return
 	}
-	data, err := k.store.ReadPendingKey(pk.VolumeID)
+	defer k.files.LockNoContext(volumeID)()
+	data, err := k.store.ReadPendingKey(volumeID)
 	if err != nil {
 		return // none, or unreadable: left alone
 	}
 	if goesWithRequest(data, reqKey) {
-		if err := k.store.RemovePendingKey(pk.VolumeID); err != nil {
-			k.log.Error(err, "Removing a persisted pending key", "volume_id", pk.VolumeID, "request", reqKey)
+		if err := k.store.RemovePendingKey(volumeID); err != nil {
+			k.log.Error(err, "Removing a persisted pending key", "volume_id", volumeID, "request", reqKey)
 		}
 	}
 }
@@ -217,12 +237,20 @@ func (k *Keys) dropLocked(reqKey string) {
 // memory, its persisted key and a kept key of a swept volume.
 func (k *Keys) RequestDeleted(reqKey string) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.dropLocked(reqKey)
+	volumeID, held := k.forgetLocked(reqKey)
+	var swept []string
 	for id, kept := range k.sweptFor {
 		if kept == reqKey {
-			k.removeSweptLocked(id, "request", reqKey, "reason", "its request was deleted")
+			delete(k.sweptFor, id)
+			swept = append(swept, id)
 		}
+	}
+	k.mu.Unlock()
+	if held {
+		k.removeFileOf(volumeID, reqKey)
+	}
+	for _, id := range swept {
+		k.removeSwept(id, "request", reqKey, "reason", "its request was deleted")
 	}
 }
 
@@ -234,27 +262,28 @@ func (k *Keys) Recover(log logr.Logger, volumeID string, newest *cmapi.Certifica
 	if k.store == nil {
 		return nil, false
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	reqKey, key, found, err := k.readLocked(volumeID)
+	defer k.files.LockNoContext(volumeID)()
+	reqKey, key, found, err := k.read(volumeID)
 	if !found && err == nil {
-		if !k.adoptSweptLocked(log, volumeID) {
+		if !k.adoptSwept(log, volumeID) {
 			return nil, false
 		}
-		reqKey, key, _, err = k.readLocked(volumeID)
+		reqKey, key, _, err = k.read(volumeID)
 	}
 	switch {
 	case err != nil:
-		k.removeLocked(log, volumeID, reqKey, err.Error())
+		k.remove(log, volumeID, reqKey, err.Error())
 		return nil, false
 	case reqKey != certrequests.Key(newest.Namespace, newest.Name):
-		k.removeLocked(log, volumeID, reqKey, "its request is not the volume's pending request")
+		k.remove(log, volumeID, reqKey, "its request is not the volume's pending request")
 		return nil, false
 	case !keyMatchesRequest(key, newest):
-		k.removeLocked(log, volumeID, reqKey, "it does not match the request's CSR")
+		k.remove(log, volumeID, reqKey, "it does not match the request's CSR")
 		return nil, false
 	}
+	k.mu.Lock()
 	k.inMemory[reqKey] = Held{VolumeID: volumeID, Key: key}
+	k.mu.Unlock()
 	log.Info("Recovered the persisted private key of a pending CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
 	return key, true
 }
@@ -265,28 +294,27 @@ func (k *Keys) RemoveUnclaimed(log logr.Logger, volumeID string) {
 	if k.store == nil {
 		return
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	reqKey, _, found, err := k.readLocked(volumeID)
+	defer k.files.LockNoContext(volumeID)()
+	reqKey, _, found, err := k.read(volumeID)
 	switch {
 	case err != nil:
-		k.removeLocked(log, volumeID, reqKey, err.Error())
+		k.remove(log, volumeID, reqKey, err.Error())
 	case found:
-		k.removeLocked(log, volumeID, reqKey, "its request is not the volume's pending request")
+		k.remove(log, volumeID, reqKey, "its request is not the volume's pending request")
 	}
 }
 
-// removeLocked removes the volume's persisted key and logs why; k.mu is held.
-func (k *Keys) removeLocked(log logr.Logger, volumeID, reqKey, why string) {
+// remove removes the volume's persisted key and logs why; the volume's file lock is held.
+func (k *Keys) remove(log logr.Logger, volumeID, reqKey, why string) {
 	log.Info("Removing a persisted pending key: "+why, "request", reqKey)
 	if err := k.store.RemovePendingKey(volumeID); err != nil {
 		log.Error(err, "Removing a persisted pending key")
 	}
 }
 
-// readLocked decodes the volume's persisted key: the request it names and the key. found is
-// false when there is none; k.mu is held.
-func (k *Keys) readLocked(volumeID string) (reqKey string, key crypto.Signer, found bool, err error) {
+// read decodes the volume's persisted key: the request it names and the key. found is false when
+// there is none; the volume's file lock is held.
+func (k *Keys) read(volumeID string) (reqKey string, key crypto.Signer, found bool, err error) {
 	data, err := k.store.ReadPendingKey(volumeID)
 	if errors.Is(err, k.notFound) {
 		return "", nil, false, nil
@@ -314,8 +342,7 @@ func (k *Keys) LoadSwept(requestExists func(reqKey string) bool, clk clock.Clock
 		k.log.Error(err, "Cannot list the pending keys the start-up sweep kept")
 		return
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
+	kept := make(map[string]string)
 	for _, id := range ids {
 		log := k.log.WithValues("volume_id", id)
 		data, err := k.swept.ReadSweptPendingKey(id)
@@ -328,12 +355,15 @@ func (k *Keys) LoadSwept(requestExists func(reqKey string) bool, clk clock.Clock
 			err = errors.New("its request no longer exists")
 		}
 		if err != nil {
-			k.removeSweptLocked(id, "request", reqKey, "reason", err.Error())
+			k.removeSwept(id, "request", reqKey, "reason", err.Error())
 			continue
 		}
-		k.sweptFor[id] = reqKey
+		kept[id] = reqKey
 		log.Info("Keeping the pending key of a removed volume until its volume is published again", "request", reqKey, "grace_period", SweptKeyGrace)
 	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	maps.Copy(k.sweptFor, kept)
 	if len(k.sweptFor) > 0 {
 		k.stopExpiry = clockutil.AfterFunc(clk, SweptKeyGrace, expire)
 	}
@@ -342,9 +372,11 @@ func (k *Keys) LoadSwept(requestExists func(reqKey string) bool, clk clock.Clock
 // ExpireSwept removes every kept key still waiting when the grace period ends.
 func (k *Keys) ExpireSwept() {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	for id, reqKey := range k.sweptFor {
-		k.removeSweptLocked(id, "request", reqKey, "reason", "its volume was not published again within the grace period")
+	expired := k.sweptFor
+	k.sweptFor = make(map[string]string)
+	k.mu.Unlock()
+	for id, reqKey := range expired {
+		k.removeSwept(id, "request", reqKey, "reason", "its volume was not published again within the grace period")
 	}
 }
 
@@ -357,13 +389,16 @@ func (k *Keys) Stop() {
 	}
 }
 
-// adoptSweptLocked moves the key the sweep kept for the volume ID back into the volume; k.mu
-// is held. It reports whether there was one.
-func (k *Keys) adoptSweptLocked(log logr.Logger, volumeID string) bool {
-	if _, kept := k.sweptFor[volumeID]; !kept {
+// adoptSwept moves the key the sweep kept for the volume ID back into the volume; the volume's
+// file lock is held. It reports whether there was one.
+func (k *Keys) adoptSwept(log logr.Logger, volumeID string) bool {
+	k.mu.Lock()
+	_, kept := k.sweptFor[volumeID]
+	delete(k.sweptFor, volumeID)
+	k.mu.Unlock()
+	if !kept {
 		return false
 	}
-	delete(k.sweptFor, volumeID)
 	data, err := k.swept.ReadSweptPendingKey(volumeID)
 	if err == nil {
 		err = k.store.WritePendingKey(volumeID, data)
@@ -379,9 +414,9 @@ func (k *Keys) adoptSweptLocked(log logr.Logger, volumeID string) bool {
 	return true
 }
 
-// removeSweptLocked removes a kept key and forgets it; k.mu is held.
-func (k *Keys) removeSweptLocked(volumeID string, keysAndValues ...any) {
-	delete(k.sweptFor, volumeID)
+// removeSwept removes a kept key, which is no longer in sweptFor, under the volume's file lock.
+func (k *Keys) removeSwept(volumeID string, keysAndValues ...any) {
+	defer k.files.LockNoContext(volumeID)()
 	log := k.log.WithValues("volume_id", volumeID)
 	if err := k.swept.RemoveSweptPendingKey(volumeID); err != nil {
 		log.Error(err, "Removing a pending key the start-up sweep kept", keysAndValues...)
