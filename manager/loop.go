@@ -138,7 +138,7 @@ func (r *renewer) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) work
 	if known := s.known; known != nil {
 		s.known, meta = nil, *known
 	} else if meta, err = iss.store.ReadMetadata(v.id); err == nil {
-		r.noteMetadata(v, meta)
+		r.registry.setPod(v, podOf(meta))
 	}
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
@@ -152,9 +152,7 @@ func (r *renewer) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) work
 	last := v.lastWritten()
 	renewAt, held := heldTo(meta, last)
 	wait := untilDue(meta, last, iss.clock.Now())
-	if held {
-		r.status.watchCertificate(v, renewAt)
-	}
+	r.status.noteCertificate(v, hasCertificate(meta), renewAt, held)
 	if wait > 0 {
 		return r.waitFor(v, s, wait, waitUntilDue)
 	}
@@ -281,13 +279,4 @@ func (r *renewer) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Me
 		return errStopped
 	}
 	return err
-}
-
-// noteMetadata takes in what the volume's metadata, just read, says: its pod, and whether it
-// records a certificate.
-func (r *renewer) noteMetadata(v *managedVolume, meta metadata.Metadata) {
-	r.registry.setPod(v, podOf(meta))
-	if hasCertificate(meta) {
-		r.status.hasCertificate(v)
-	}
 }

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	cmlisters "github.com/cert-manager/cert-manager/pkg/client/listers/certmanager/v1"
 	"github.com/go-logr/logr"
@@ -203,7 +204,8 @@ func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (m
 	if err != nil {
 		return true, fmt.Errorf("reading metadata: %w", err)
 	}
-	m.renewer.noteMetadata(v, meta)
+	m.registry.setPod(v, podOf(meta))
+	m.status.noteCertificate(v, hasCertificate(meta), time.Time{}, false)
 	return true, m.issueFirst(ctx, v, meta, false)
 }
 
@@ -366,7 +368,7 @@ func (m *Manager) end(v *managedVolume, fence bool) bool {
 
 // register adds a volume to the managed set, shown in its state, without starting its loop,
 // and keeps its metric series (a retirement pending for the ID is cancelled); meta, if not nil,
-// is the volume's metadata (see renewer.noteMetadata), and resumed says it comes from stored state at
+// is the volume's metadata (its pod, and whether it records a certificate), and resumed says it comes from stored state at
 // start-up. It returns nil if the volume is already managed or the manager is stopped.
 func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *managedVolume {
 	v := newVolume(id, m.opts.Clock.Now(), resumed)

@@ -222,11 +222,6 @@ func (s *status) stopConditionWriter() {
 	}
 }
 
-// hasCertificate shows that the volume's metadata records a certificate.
-func (s *status) hasCertificate(v *managedVolume) {
-	s.change(v, func(e *shownVolume) { e.status.apply(eventHasCertificate) })
-}
-
 // validityLocked is the volume's share of its pod's condition.
 func (s *status) validityLocked(e *shownVolume) podcondition.Validity {
 	st, c := e.status, e.certificate
@@ -364,26 +359,28 @@ func (s *status) written(v *managedVolume, namespace, name string, notAfter time
 		"Certificate renewed by CertificateRequest %s/%s; valid until %s", namespace, name, notAfter.UTC().Format(time.RFC3339))
 }
 
-// watchCertificate arms the volume's certificate timers for its renewal point renewAt, unless
-// they are armed for it already. A resumed volume's expiry is learned from the informer's cache
-// first, outside the lock.
-func (s *status) watchCertificate(v *managedVolume, renewAt time.Time) {
-	if !s.watching {
-		return
-	}
-	if s.armTimers(v, renewAt, time.Time{}, false) {
-		s.armTimers(v, renewAt, s.notAfterOf(v.id), true)
+// noteCertificate shows what a volume's metadata, just read, says of its certificate: whether
+// it has one, and, if held, the renewal point renewAt it is held to, for which it arms the
+// certificate's timers unless they are armed for it already. It takes the lock once, twice for
+// a volume resumed after a restart whose certificate's expiry is learned from the informer's
+// cache first, outside the lock.
+func (s *status) noteCertificate(v *managedVolume, hasCertificate bool, renewAt time.Time, held bool) {
+	if s.note(v, hasCertificate, renewAt, held, time.Time{}, false) {
+		s.note(v, hasCertificate, renewAt, held, s.notAfterOf(v.id), true)
 	}
 }
 
-// armTimers arms the certificate timers of v for renewAt. It reports true, having done nothing,
-// when the certificate's expiry is not known and was not looked up (looked): the caller looks it
-// up (learned) and calls again. An expiry looked up and not found marks the volume's expiry
+// note is noteCertificate under the lock. It reports true, having armed nothing, when the
+// certificate's expiry is not known and was not looked up (looked): the caller looks it up
+// (learned) and calls again. An expiry looked up and not found marks the volume's expiry
 // unknown, with no timer.
-func (s *status) armTimers(v *managedVolume, renewAt, learned time.Time, looked bool) (lookUp bool) {
+func (s *status) note(v *managedVolume, hasCertificate bool, renewAt time.Time, held bool, learned time.Time, looked bool) (lookUp bool) {
 	s.change(v, func(e *shownVolume) {
+		if hasCertificate {
+			e.status.apply(eventHasCertificate)
+		}
 		c := e.certificate
-		if c.renewAt.Equal(renewAt) && len(c.stops) > 0 {
+		if !held || c == nil || (c.renewAt.Equal(renewAt) && len(c.stops) > 0) {
 			return
 		}
 		if c.notAfter.IsZero() {
