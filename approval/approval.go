@@ -22,9 +22,10 @@ limitations under the License.
 // makes the apiserver refuse a request whose names do not match the credential that creates it,
 // so that together a node's driver obtains certificates only for the pods bound to its node.
 //
-// What the certificate says is checked by a PodRule: PodSpecRule rebuilds, from the pod alone,
-// what each of its volumes asks for through the driver's own request generator and approves only
-// a request that asks for exactly that; SPIFFERule approves only the pod's SPIFFE ID.
+// What the certificate says is checked by a PodRule: podspec.Rule (package approval/podspec)
+// rebuilds, from the pod alone, what each of its volumes asks for through the driver's own
+// request generator and approves only a request that asks for exactly that; SPIFFERule approves
+// only the pod's SPIFFE ID.
 //
 // The package depends on the Kubernetes and cert-manager API types and the library's metadata
 // only: an approver brings its own client, cache or fake through GetPodFunc.
@@ -128,7 +129,7 @@ type GetPodFunc func(ctx context.Context, namespace, name string) (*corev1.Pod, 
 // the pod is found live on the node named: the reason to deny, or "" to approve. The origin
 // checks tie a request to a pod of its node; what the certificate says (its subject, names,
 // usages) is derived by the driver from the pod, and only a rule that derives it the same way
-// (or an identity policy such as approver-policy's) limits it.
+// (podspec.Rule, SPIFFERule, or an identity policy such as approver-policy's) limits it.
 type PodRule func(req *cmapi.CertificateRequest, pod *corev1.Pod) (denyReason string)
 
 // Check decides a request by its claim: approve when the pod it names exists with the UID and
