@@ -22,12 +22,14 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"time"
 
@@ -125,47 +127,91 @@ func ByRequest(req *cmapi.CertificateRequest) (Asked, *x509.CertificateRequest, 
 	if req.Spec.Duration != nil {
 		d = req.Spec.Duration.Duration
 	}
-	a, err := askedBy(csr, req.Namespace, req.Spec.IssuerRef, req.Spec.Usages, req.Spec.IsCA, d)
+	a, err := askedBy(csr.RawSubject, csr.Extensions, req.Namespace, req.Spec.IssuerRef, req.Spec.Usages, req.Spec.IsCA, d)
 	if err != nil {
 		return Asked{}, nil, "the certificate request's " + err.Error()
 	}
 	return a, csr, ""
 }
 
-// throwawayKey signs the CSRs made from a generator's template, which are parsed and dropped:
-// the request's own key is never compared.
+// throwawayKey signs the CSRs made from a generator's template that CreateCertificateRequest must
+// encode itself (one with Attributes), which are parsed and dropped: the request's own key is
+// never compared.
 var throwawayKey = ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
 
-// ByBundle reads what a generator's bundle asks for: its request template is encoded as a
-// driver's SignRequest encodes it (x509.CreateCertificateRequest, with a throwaway key) and
-// parsed back, so that both sides of a comparison are read from a CSR the same way.
+// ByBundle reads what a generator's bundle asks for: its request template's subject and
+// extensions, encoded as x509.CreateCertificateRequest encodes them (the subject's DER; the
+// names as one subjectAltName extension, unless ExtraExtensions holds one; then ExtraExtensions),
+// so that both sides of a comparison are read from the same bytes. A template with Attributes
+// (deprecated, and merged by CreateCertificateRequest) is encoded by it, with a throwaway key, and
+// parsed back.
 func ByBundle(template *x509.CertificateRequest, namespace string, issuer cmmeta.IssuerReference, usages []cmapi.KeyUsage, isCA bool, d time.Duration) (Asked, error) {
 	if template == nil {
 		return Asked{}, errors.New("the generator's bundle has no request")
 	}
-	t := *template
-	template = &t
-	template.SignatureAlgorithm = x509.UnknownSignatureAlgorithm // the throwaway key's own
-	der, err := x509.CreateCertificateRequest(rand.Reader, template, throwawayKey)
-	if err != nil {
-		return Asked{}, fmt.Errorf("encoding the generator's request: %w", err)
+	if len(template.Attributes) > 0 {
+		t := *template
+		t.SignatureAlgorithm = x509.UnknownSignatureAlgorithm // the throwaway key's own
+		der, err := x509.CreateCertificateRequest(rand.Reader, &t, throwawayKey)
+		if err != nil {
+			return Asked{}, fmt.Errorf("encoding the generator's request: %w", err)
+		}
+		csr, err := x509.ParseCertificateRequest(der)
+		if err != nil {
+			return Asked{}, fmt.Errorf("parsing the generator's request: %w", err)
+		}
+		return askedBy(csr.RawSubject, csr.Extensions, namespace, issuer, usages, isCA, d)
 	}
-	csr, err := x509.ParseCertificateRequest(der)
-	if err != nil {
-		return Asked{}, fmt.Errorf("parsing the generator's request: %w", err)
+	subject := template.RawSubject
+	if len(subject) == 0 {
+		var err error
+		if subject, err = asn1.Marshal(template.Subject.ToRDNSequence()); err != nil {
+			return Asked{}, fmt.Errorf("encoding the generator's subject: %w", err)
+		}
 	}
-	return askedBy(csr, namespace, issuer, usages, isCA, d)
+	exts := template.ExtraExtensions
+	if (len(template.DNSNames) > 0 || len(template.EmailAddresses) > 0 || len(template.IPAddresses) > 0 || len(template.URIs) > 0) &&
+		!slices.ContainsFunc(exts, func(e pkix.Extension) bool { return e.Id.Equal(OIDSubjectAltName) }) {
+		san, err := marshalSANs(template.DNSNames, template.EmailAddresses, template.IPAddresses, template.URIs)
+		if err != nil {
+			return Asked{}, err
+		}
+		exts = append([]pkix.Extension{{Id: OIDSubjectAltName, Value: san}}, exts...)
+	}
+	return askedBy(subject, exts, namespace, issuer, usages, isCA, d)
 }
 
-func askedBy(csr *x509.CertificateRequest, namespace string, issuer cmmeta.IssuerReference, usages []cmapi.KeyUsage, isCA bool, d time.Duration) (Asked, error) {
+// marshalSANs encodes names as x509.CreateCertificateRequest does: DNS names, email addresses,
+// IP addresses (4 bytes for IPv4), URIs, in that order.
+func marshalSANs(dns, emails []string, ips []net.IP, uris []*url.URL) ([]byte, error) {
+	var raw []asn1.RawValue
+	for _, n := range dns {
+		raw = append(raw, asn1.RawValue{Tag: 2, Class: asn1.ClassContextSpecific, Bytes: []byte(n)})
+	}
+	for _, e := range emails {
+		raw = append(raw, asn1.RawValue{Tag: 1, Class: asn1.ClassContextSpecific, Bytes: []byte(e)})
+	}
+	for _, ip := range ips {
+		if v4 := ip.To4(); v4 != nil {
+			ip = v4
+		}
+		raw = append(raw, asn1.RawValue{Tag: 7, Class: asn1.ClassContextSpecific, Bytes: ip})
+	}
+	for _, u := range uris {
+		raw = append(raw, asn1.RawValue{Tag: 6, Class: asn1.ClassContextSpecific, Bytes: []byte(u.String())})
+	}
+	return asn1.Marshal(raw)
+}
+
+func askedBy(rawSubject []byte, extensions []pkix.Extension, namespace string, issuer cmmeta.IssuerReference, usages []cmapi.KeyUsage, isCA bool, d time.Duration) (Asked, error) {
 	issuer = NormalIssuer(issuer)
 	a := Asked{Duration: d, Items: []Item{
 		{Kind: Issuer, Key: "issuer\x00" + issuer.Group + "\x00" + issuer.Kind + "\x00" + issuer.Name, Text: "issuer " + issuerText(issuer)},
 		{Kind: Namespace, Key: "namespace\x00" + namespace, Text: "namespace " + namespace},
-		{Kind: Subject, Key: "subject\x00" + string(csr.RawSubject), Text: subjectText(csr)},
+		{Kind: Subject, Key: "subject\x00" + string(rawSubject), Text: subjectText(rawSubject)},
 	}}
 	var others []Item
-	for _, ext := range csr.Extensions {
+	for _, ext := range extensions {
 		if !ext.Id.Equal(OIDSubjectAltName) {
 			others = append(others, Item{Kind: Extension, Key: fmt.Sprintf("extension\x00%s\x00%t\x00%x", ext.Id, ext.Critical, ext.Value), Text: extensionText(ext.Id)})
 			continue
@@ -228,8 +274,14 @@ func name(kind Kind, what, value string) Item {
 	return Item{Kind: kind, Key: what + "\x00" + value, Text: what + " " + value, Value: value}
 }
 
-func subjectText(csr *x509.CertificateRequest) string {
-	if s := csr.Subject.String(); s != "" {
+func subjectText(raw []byte) string {
+	var rdn pkix.RDNSequence
+	if rest, err := asn1.Unmarshal(raw, &rdn); err != nil || len(rest) > 0 {
+		return "a subject that does not parse (" + hex.EncodeToString(raw) + ")"
+	}
+	var name pkix.Name
+	name.FillFromRDNSequence(&rdn)
+	if s := name.String(); s != "" {
 		return "subject " + s
 	}
 	return "an empty subject"
