@@ -154,9 +154,13 @@ func (c *cluster) storyIdentityBound(ctx context.Context) (r result) {
 		change func(*x509.CertificateRequest, *cmapi.CertificateRequest)
 		reason string
 	}{
-		{"one more DNS name", func(csr *x509.CertificateRequest, _ *cmapi.CertificateRequest) { csr.DNSNames = append(csr.DNSNames, "evil.example") },
+		{"one more DNS name", func(csr *x509.CertificateRequest, _ *cmapi.CertificateRequest) {
+			csr.DNSNames = append(csr.DNSNames, "evil.example")
+		},
 			"dns name evil.example is not asked for by any volume of pod " + namespace + "/" + pod},
-		{"a longer life", func(_ *x509.CertificateRequest, req *cmapi.CertificateRequest) { req.Spec.Duration = &metav1.Duration{Duration: 90 * 24 * time.Hour} },
+		{"a longer life", func(_ *x509.CertificateRequest, req *cmapi.CertificateRequest) {
+			req.Spec.Duration = &metav1.Duration{Duration: 90 * 24 * time.Hour}
+		},
 			"a duration of 2160h0m0s is not asked for by any volume of pod " + namespace + "/" + pod + " (at most 1h0m0s)"},
 	} {
 		forged, err := resigned(own, f.change)
@@ -167,7 +171,9 @@ func (c *cluster) storyIdentityBound(ctx context.Context) (r result) {
 		if err != nil {
 			return fail(fmt.Errorf("%s: created: %w", f.name, err))
 		}
-		defer func() { _ = c.cm.CertmanagerV1().CertificateRequests(namespace).Delete(context.WithoutCancel(ctx), created.Name, metav1.DeleteOptions{}) }()
+		defer func() {
+			_ = c.cm.CertmanagerV1().CertificateRequests(namespace).Delete(context.WithoutCancel(ctx), created.Name, metav1.DeleteOptions{})
+		}()
 		if err := poll(ctx, "the example approver to deny "+created.Name, 50*time.Millisecond, time.Minute, func() (bool, error) {
 			got, err := c.cm.CertmanagerV1().CertificateRequests(namespace).Get(ctx, created.Name, metav1.GetOptions{})
 			if err != nil {
