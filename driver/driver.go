@@ -26,10 +26,12 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/go-logr/logr"
 	"k8s.io/mount-utils"
 
+	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
@@ -61,41 +63,95 @@ type Options struct {
 	// request a certificate; the background loop obtains it later. Default false: such a publish
 	// fails with codes.Unknown and is retried by kubelet.
 	ContinueOnNotReady bool
+	// RemoveStartupTaint, if set, removes the node's startup taint <DriverName>/agent-not-ready
+	// once kubelet has registered the driver, and watches the node for it for a while (see
+	// StartupTaintOptions). Default nil: the node is neither read nor changed, as upstream.
+	RemoveStartupTaint *StartupTaintOptions
 }
 
 // Driver is a CSI node plugin serving on one listener.
 type Driver struct {
 	server *GRPCServer
+	// err is what NewWithListener found wrong with its options: Run returns it.
+	err error
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	taint   *startupTaint
 }
 
 // New listens on endpoint ("unix:///path/to/csi.sock" or "tcp://host:port", the scheme in any
 // case) and returns a driver ready to Run. A unix socket is at "/" followed by the rest of the
 // endpoint, so "unix://csi/csi.sock" is /csi/csi.sock too; whatever file is there is removed
-// first.
+// first. Invalid RemoveStartupTaint options (a DriverName that makes no valid taint key) are an
+// error, found before anything listens.
 func New(ctx context.Context, endpoint string, log logr.Logger, opts Options) (*Driver, error) {
+	if _, err := newStartupTaintRemover(log, opts); err != nil {
+		return nil, err
+	}
 	lis, err := listen(ctx, endpoint)
 	if err != nil {
 		return nil, err
 	}
-	return NewWithListener(lis, log, opts), nil
+	d := NewWithListener(lis, log, opts)
+	if d.err != nil {
+		_ = lis.Close()
+		return nil, d.err
+	}
+	return d, nil
 }
 
-// NewWithListener returns a driver that serves on lis.
+// NewWithListener returns a driver that serves on lis. If its RemoveStartupTaint options are
+// invalid, Run returns the error at once and closes lis.
 func NewWithListener(lis net.Listener, log logr.Logger, opts Options) *Driver {
 	if opts.Mounter == nil {
 		opts.Mounter = mount.New("")
 	}
 	ns := newNodeServer(log, opts)
-	return &Driver{
+	d := &Driver{
 		server: NewGRPCServerWithListener(lis, log, NewIdentityServer(opts.DriverName, opts.DriverVersion), &controllerServer{}, ns),
 	}
+	r, err := newStartupTaintRemover(log, opts)
+	if err != nil {
+		d.err = err
+	} else if r != nil && opts.RemoveStartupTaint.Metrics != nil {
+		met := opts.RemoveStartupTaint.Metrics
+		met.EnableStartupTaintRemovals()
+		met.AddStartupTaintRemovals(util.HashIdentifier(opts.NodeID), 0)
+	}
+	d.taint = newStartupTaint(r)
+	return d
 }
 
-// Run serves until Stop; it returns nil after Stop.
-func (d *Driver) Run() error { return d.server.Run() }
+// Run serves until Stop; it returns nil after Stop. With RemoveStartupTaint it also starts the
+// removal of the node's startup taint in the background; serving never waits for it.
+func (d *Driver) Run() error {
+	if d.err != nil {
+		_ = d.server.lis.Close()
+		return d.err
+	}
+	d.mu.Lock()
+	if !d.started && !d.stopped {
+		d.started = true
+		d.taint.start()
+	}
+	d.mu.Unlock()
+	return d.server.Run()
+}
 
-// Stop stops serving, letting calls in flight finish.
-func (d *Driver) Stop() { d.server.Stop() }
+// Stop stops serving, letting calls in flight finish, and ends the startup taint's removal.
+func (d *Driver) Stop() {
+	d.mu.Lock()
+	started := d.started
+	first := !d.stopped
+	d.stopped = true
+	d.mu.Unlock()
+	if first {
+		d.taint.stop(started)
+	}
+	d.server.Stop()
+}
 
 // listen opens the listener for a CSI endpoint: the scheme "unix://" or
 // "tcp://" (in any case) followed by a non-empty rest. For unix, the socket is at "/" + rest, so

@@ -34,7 +34,7 @@ import (
 // issueAttempt is one issuance attempt of one volume, from the loop or for a caller
 // (ManageVolumeImmediate, a publish).
 type issueAttempt struct {
-	iss *issuer
+	iss *issuance
 	v   *managedVolume
 	// meta is the volume's metadata as read just before the attempt: by the loop's turn that
 	// found the volume due, or by a caller whose volume has no loop yet.
@@ -87,7 +87,7 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	if v.is(flagTerminating) {
 		return ErrPodTerminating
 	}
-	iss.board.attemptStarted(v)
+	iss.status.attemptStarted(v)
 	if err := iss.requests.WaitForSync(ctx); err != nil {
 		return fmt.Errorf("CertificateRequest informer not synced: %w", err)
 	}
@@ -193,9 +193,8 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 		return driverErr
 	}
 	// The driver's functions may outlast the attempt (unmanaged, stopped, deadline): then
-	// nothing is created. The volume's context is checked directly: the attempt's context
-	// learns of an unmanage asynchronously.
-	if v.ctx.Err() != nil {
+	// nothing is created.
+	if v.ended() {
 		return errStopped
 	}
 	if err := context.Cause(ctx); err != nil {
@@ -312,7 +311,7 @@ func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadat
 
 // waitAndWrite waits for a submitted request (read: as last read, see certrequests.View.Wait) to
 // finish, then hands the key pair to WriteKeypair (unless the volume was unmanaged meanwhile),
-// forgets the key and shows the new certificate on the board.
+// forgets the key and shows the new certificate.
 func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, read *cmapi.CertificateRequest, key any) error {
 	iss, v := a.iss, a.v
 	namespace, name := read.Namespace, read.Name
@@ -358,7 +357,7 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 		v.logger(iss.log).Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
 			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)
 	}
-	iss.board.certificateWritten(v, namespace, name, leaf.NotAfter, firstCertificate)
+	iss.status.written(v, namespace, name, leaf.NotAfter, firstCertificate)
 	return nil
 }
 
@@ -382,4 +381,34 @@ func (a *issueAttempt) admit(ctx context.Context) (release func(), err error) {
 	}
 	a.v.logger(a.iss.log).V(4).Info("Admitted to issuance")
 	return release, nil
+}
+
+// issueForCaller is ManageVolumeImmediate's and a publish's attempt: on the caller's goroutine,
+// under the caller's ctx, which the volume's end ends too. It runs before the volume's loop starts, so it never
+// overlaps another attempt of the volume.
+// meta is the volume's metadata as the caller just read it; gateOpen says the caller asked the
+// gate already. Every error it returns counts as an issuance error, the gate's refusal and the
+// caller's deadline included.
+func (iss *issuance) issueForCaller(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	err := (&issueAttempt{iss: iss, v: v, meta: meta, gateOpen: gateOpen}).run(ctx, cancel)
+	cancel(nil)
+	if err != nil {
+		iss.status.attemptFailed(v, err, true, 0)
+	}
+	return err
+}
+
+// run makes the attempt under ctx, which end ends with a cause (unmanaged, the pod terminating,
+// the deadline), as the volume's attempt in flight. An attempt ended because its pod terminates
+// returns an error matching ErrPodTerminating, whatever the call it was in reported (often only a
+// cancelled context).
+func (a *issueAttempt) run(ctx context.Context, end context.CancelCauseFunc) error {
+	a.v.attemptStarted(end)
+	err := a.issue(ctx)
+	a.v.attemptDone()
+	if err != nil && !errors.Is(err, ErrPodTerminating) && errors.Is(context.Cause(ctx), ErrPodTerminating) {
+		return fmt.Errorf("%w: %v", ErrPodTerminating, err)
+	}
+	return err
 }

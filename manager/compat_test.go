@@ -63,7 +63,7 @@ func publishAttempt(t *testing.T, m *Manager, id string) (deadline func() error,
 func (e *env) waitInformerHas(req *cmapi.CertificateRequest) {
 	e.t.Helper()
 	e.poll("the informer to see "+req.Name, func() bool {
-		_, err := e.m.requests.Lister().CertificateRequests(req.Namespace).Get(req.Name)
+		_, err := e.m.issuance.requests.Lister().CertificateRequests(req.Namespace).Get(req.Name)
 		return err == nil
 	})
 }
@@ -103,7 +103,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 	// Publish #2: resumes R, creates nothing, times out again.
 	deadline, _ = publishAttempt(t, m, "v1")
 	e.poll("publish #2 to wait on R", func() bool {
-		return e.m.requests.Waiting() == 1
+		return e.m.issuance.requests.Waiting() == 1
 	})
 	if err := deadline(); err == nil {
 		t.Fatal("publish #2 succeeded without a certificate")
@@ -119,7 +119,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.poll("the informer to see R issued", func() bool {
-		got, err := m.requests.Lister().CertificateRequests("ns").Get(r.Name)
+		got, err := m.issuance.requests.Lister().CertificateRequests("ns").Get(r.Name)
 		return err == nil && len(got.Status.Certificate) > 0
 	})
 	if managed, err := m.ManageVolumeImmediate(context.Background(), "v1"); !managed || err != nil {
@@ -134,7 +134,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 	if len(written) != 1 || !keyMatches(t, written[0], issued.Status.Certificate) {
 		t.Fatal("the key pair written is not R's certificate with R's key")
 	}
-	keys := m.keys.Count()
+	keys := m.issuance.keys.Count()
 	if keys != 0 {
 		t.Fatalf("%d keys kept after the key pair was written", keys)
 	}
@@ -156,7 +156,7 @@ func TestLoneDeniedConditionIsResumedAndFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.poll("the informer to see the denial", func() bool {
-		got, _ := m.requests.Lister().CertificateRequests("ns").Get(r.Name)
+		got, _ := m.issuance.requests.Lister().CertificateRequests("ns").Get(r.Name)
 		return got != nil && len(got.Status.Conditions) > 0
 	})
 	_, err := m.ManageVolumeImmediate(context.Background(), "v1")
@@ -563,7 +563,7 @@ func TestFamiliesUpstreamLacksNeedTheSwitch(t *testing.T) {
 			}
 			// One attempt holds the only place while its request waits; the other waits for it.
 			e.waitForPending()
-			e.poll("the second attempt to wait for admission", func() bool { return e.m.admission.Waiting() == 1 })
+			e.poll("the second attempt to wait for admission", func() bool { return e.m.issuance.admission.Waiting() == 1 })
 			e.issuePending()
 			e.issuePending()
 			e.poll("both key pairs", func() bool {

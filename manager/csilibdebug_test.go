@@ -171,14 +171,14 @@ func TestWatchFallbackReadsOff(t *testing.T) {
 			m := e.start()
 			e.waitInformerLive()
 			cut()
-			e.poll("the watch to be suspect", m.requests.WatchSuspect)
+			e.poll("the watch to be suspect", m.issuance.requests.WatchSuspect)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
 				_, err := m.ManageVolumeImmediate(ctx, "v1")
 				done <- err
 			}()
-			e.poll("the publish to wait for its request", func() bool { return m.requests.Waiting() == 1 })
+			e.poll("the publish to wait for its request", func() bool { return m.issuance.requests.Waiting() == 1 })
 			cancel()
 			<-done
 			directRead := false

@@ -29,11 +29,11 @@ import (
 // issueTimeout bounds one background issuance attempt, on the injected clock.
 const issueTimeout = 60 * time.Second
 
-// attemptContext derives a background attempt's context: it ends with the volume, after
-// issueTimeout on the injected clock, or when end is called with a cause. The returned cancel
+// attemptContext makes a background attempt's context: it ends after issueTimeout on the injected
+// clock, or when end is called with a cause (by the volume, as it ends or its pod terminates). The returned cancel
 // stops the timer synchronously, so a fake clock shows no stray waiter once the attempt is over.
-func attemptContext(clk clock.Clock, v *managedVolume) (ctx context.Context, d *attemptDeadline, end context.CancelCauseFunc, cancel func()) {
-	ctx, end = context.WithCancelCause(v.ctx)
+func attemptContext(clk clock.Clock) (ctx context.Context, d *attemptDeadline, end context.CancelCauseFunc, cancel func()) {
+	ctx, end = context.WithCancelCause(context.Background())
 	d = &attemptDeadline{clock: clk, cancel: end}
 	d.restart()
 	return ctx, d, end, func() {

@@ -69,8 +69,8 @@ func TestEndedWatchStreamMakesTheWaitReadDirectly(t *testing.T) {
 	done := e.manageInBackground("v1")
 	pending := e.waitForPending()
 	e.poll("the publish to wait for its request in the cache", func() bool {
-		_, err := m.requests.Lister().CertificateRequests(pending.Namespace).Get(pending.Name)
-		return err == nil && m.requests.Waiting() == 1
+		_, err := m.issuance.requests.Lister().CertificateRequests(pending.Namespace).Get(pending.Name)
+		return err == nil && m.issuance.requests.Waiting() == 1
 	})
 	cut()
 	if _, err := testkit.Issue(context.Background(), e.client, e.ca, pending, e.clock.Now()); err != nil {
@@ -80,7 +80,7 @@ func TestEndedWatchStreamMakesTheWaitReadDirectly(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the publish: %v", err)
 	}
-	if got, err := m.requests.Lister().CertificateRequests(pending.Namespace).Get(pending.Name); err != nil || testkit.IsFinished(got) {
+	if got, err := m.issuance.requests.Lister().CertificateRequests(pending.Namespace).Get(pending.Name); err != nil || testkit.IsFinished(got) {
 		t.Fatal("the informer's cache saw the signature: the test did not keep the watch down")
 	}
 	e.mu.Lock()

@@ -21,33 +21,31 @@ limitations under the License.
 // # Who owns what, from the top down
 //
 // Each piece of state has one owner, with its own lock, and each file uses only files listed
-// after it. The Manager wires the owners together and serves the public API; nothing below it
-// holds a *Manager. The table's lock is taken before a volume's, never after; the table tells
-// the board of its changes through an interface of its own (tableObserver).
+// after it. The Manager wires the owners together, serves the public API and ends registrations
+// (Manager.end, the one way out of every registration). The owners below call back into it only
+// through functions it hands them: the loops end a volume whose metadata is gone, series deletes
+// a volume's series, outage ends the outage's waits, podcondition reports a pod gone, and
+// pendingkeys lets a swept key's grace period end.
 //
 //	resume.go       a restart: the stored volumes and the kept keys the previous process left
-//	manager.go      the public API; wires the owners; Stop
+//	manager.go      the public API; wires the owners; the end of a registration; Stop
 //	loop.go         the volumes' loops, one turn at a time on the work queue: wait until due →
-//	                attempt → wait by the outcome's class; a caller's attempt runs here too,
-//	                before the loop starts; deadline.go bounds a background attempt
-//	attempt.go      one attempt's steps, top to bottom, handing each to the owners below
-//	issuer.go       what an attempt uses, shared by the loops and the publishes
-//	board.go        the one place attempts report to: the metrics, the Events on the pod (their
-//	                reasons in events.go), the overdue and expiry timers, and, as the table's
-//	                observer, the state gauge and what each volume contributes to its pod's
-//	                condition
-//	table.go        the managed volumes, by ID and by pod, with what is shown of each (its
-//	                status, see the diagram below, moved only by named events) and the count of
-//	                volumes in each state; every change to what is shown of a volume passes its
-//	                changeLocked, which tells the board
+//	                attempt → wait by the outcome's class; deadline.go bounds a background attempt
+//	attempt.go      one attempt's steps, top to bottom, handing each to the owners below; a
+//	                caller's attempt, which runs before the volume's loop starts
+//	issuance.go     what an attempt uses, shared by the loops and the publishes
+//	status.go       what is shown of each volume, and the one place attempts report to: the
+//	                metrics, its state (see the diagram below) and the count of volumes in each
+//	                state, the Events on the pod (their reasons in events.go), its share of its
+//	                pod's condition, and the timers that notice its certificate overdue, expired
+//	                or no longer valid
+//	registry.go     which volumes are managed, by ID and by pod, and the pods terminating
 //	request.go      a volume's CertificateRequest, built from the driver's bundle with its origin
 //	                annotations
 //	permissions.go  ErrPermissionDenied, and the rules the options need, which the start-up
 //	                access check asks for
-//	watch.go        what is watched of a volume's certificate: its expiry and the timers that
-//	                notice it overdue or expired
-//	volume.go       one registration, under its own lock: its pod, its last write, the attempt
-//	                in flight and the fence that UnmanageVolume closes after a running
+//	volume.go       one registration, under its own lock: its pod, its flags, its last write, the
+//	                attempt in flight and the fence that UnmanageVolume closes after a running
 //	                WriteKeypair
 //	series.go       the metric series of departed volumes, deleted after a retention
 //	due.go          when a volume is due: the one place that decides it
@@ -71,7 +69,6 @@ limitations under the License.
 //	apicall         what a refused or unanswered call to the apiserver means
 //	lifetime        the goroutines Stop waits for (the queue's workers among them), and the
 //	                context it ends
-//	cancelctx       a volume's context, which costs one channel while the volume is idle
 //	clockutil       timers on the injected clock
 //
 // # A volume's status
@@ -112,8 +109,8 @@ limitations under the License.
 //
 // # The work queue
 //
-// The loops share one queue (internal/workqueue), in the shape of client-go's rate-limited
-// work queue and kubelet's pod-certificate manager: a key is a volume's registration, a key is
+// The loops share one queue (internal/workqueue; its doc names, with figures, what client-go's
+// rate-limited work queue cannot do here): a key is a volume's registration, a key is
 // never processed twice at once (a publish's attempt runs before the key is added), its backoffs
 // and wait are the queue's, and each wait is one timer of Options.Clock that Requeue, the gate's
 // poll or the end of an outage ends early, each only for the wait it concerns. Workers start
@@ -124,7 +121,7 @@ limitations under the License.
 // When a volume is due is decided in one place, due.go: the NextIssuanceTime the driver stored
 // when it stored one (earlier or later than the library's default), else the default handed to
 // WriteKeypair after a success in this registration, else at once. The loop asks it on every path,
-// and tells the board the point it holds a certificate to, for the overdue and expiry timers.
+// and tells the status the point it holds a certificate to, for the overdue and expiry timers.
 //
 // # A publish
 //
@@ -135,8 +132,8 @@ limitations under the License.
 //	                            │ asks the driver's readiness gate, once
 //	                            │   closed: an error matching ErrNotReadyToRequest (or, with
 //	                            │   ContinueOnNotReady, the volume is handed to its loop)
-//	                            ↓ open: registers the volume in the table, notes its pod
-//	                          issuer: one attempt, on the caller's goroutine, under its deadline
+//	                            ↓ open: registers the volume, notes its pod
+//	                          attempt: one, on the caller's goroutine, under its deadline
 //	                            │ requests: the volume's requests; a certrequests.Resumable one whose key is
 //	                            │   held is waited for instead of creating another
 //	                            │ admission: a slot, and a token of the rate bucket
@@ -145,7 +142,7 @@ limitations under the License.
 //	                            │ requests: create, then wait for the informer to see it signed
 //	                            │ due: the renewal point handed to WriteKeypair
 //	                            │ the driver: WriteKeypair, behind the volume's fence
-//	                            ↓ board: the certificate is shown, the Issued event recorded
+//	                            ↓ status: the certificate is shown, the Issued event recorded
 //	                          the volume's loop starts, and waits until due
 //
 // A failed attempt leaves the volume registered without a loop; the node server unmanages it and
@@ -209,7 +206,7 @@ limitations under the License.
 // step, waited twice after a first turn's refusal; a wait a Requeue ended early took its step
 // all the same, and the next refusal waits the next one.
 //
-// The board is told each outcome: the counters, the state, an Event, and the overdue and expiry
+// The status is told each outcome: the counters, the state, an Event, and the overdue and expiry
 // timers it arms from the renewal point.
 //
 // # A restart
@@ -228,8 +225,9 @@ limitations under the License.
 //
 // Each owner has one mutex. It guards that owner's fields and nothing else:
 //
-//	table         volumeTable.mu: the registered volumes, by ID and by pod, what is shown of
-//	              each, the counts by state, the terminating pods, stopped
+//	registry      registry.mu: the registered volumes, by ID and by pod, the terminating pods,
+//	              stopped
+//	status        status.mu: what is shown of each volume, the counts by state, the timers
 //	volume        managedVolume.mu: the volume's flags, pod, last write and attempt in flight
 //	podcondition  podcondition.Writer.mu: each pod's volumes, their validity, what it carries
 //	series        seriesRetention.mu: the pending deletions of departed volumes' series
@@ -239,33 +237,30 @@ limitations under the License.
 //	outage        outage.Outage.mu: whether a probe runs, and the current outage's ID
 //	pendingkeys   pendingkeys.Keys.mu: the held keys and those the sweep kept
 //	certrequests  certrequests.View.mu: the creation order, the waiters, the watch's health
-//	cancelctx     cancelctx.Context.mu: whether the context ended, and its AfterFunc's
 //	lifetime      lifetime.Lifetime.mu: the goroutines Stop waits for
 //
 // No lock is held while another owner's method is called, except in this order:
 //
-//	table -> volume         the table takes the volume's lock after its own, to file it
-//	                        under its pod, close it or change what is shown of it
-//	volume -> podcondition  the board, told under both, sets the volume's share of its
-//	                        pod's condition (SetVolume, RemoveVolume)
+//	registry -> volume      the registry gives a volume its pod, closes it, or tells it its
+//	                        pod terminates
+//	status -> volume        the status reads the volume's pod, for its Events and condition
+//	status -> podcondition  the status sets the volume's share of its pod's condition
 //	podcondition -> its own queue (client-go's): SetVolume queues the pod
-//	volume -> context       a pod that terminates ends the attempt in flight (its cancel,
-//	                        which may take the volume's cancelctx lock)
-//	table -> clock          the board reads the clock and arms or stops the certificate
-//	                        timers under the table's lock and the volume's
-//	series, deadline, queue, admission, pendingkeys -> clock: they arm and stop their timers
+//	volume -> context       a pod that terminates ends the attempt in flight (its cancel)
+//	status, series, deadline, queue, admission, pendingkeys -> clock: they arm and stop timers
 //	queue -> lifetime       a worker is tracked as it starts
 //	outage -> lifetime      a probe is tracked as it starts
 //
-// Outside the library, under a lock: the table sets the state gauge (Metrics), admission
-// counts its waiters (Metrics), and pendingkeys calls the driver's key store and reads the
-// informer's cache.
+// The registry and the status never hold each other's lock: a registration is added to the
+// registry, then shown; it is closed as the registry removes it, then no longer shown, and the
+// status shows no closed volume. Outside the library, under a lock: the status sets the state
+// gauge (Metrics), admission counts its waiters (Metrics), and pendingkeys calls the driver's key
+// store and reads the informer's cache.
 //
-// So the order is table, volume, podcondition, then the rest; the clock, cancelctx and
-// lifetime are last. certrequests and lifetime call nothing under their locks. Nothing takes
-// the table's lock under another. Callbacks out of an owner (an outage ending, a pod gone, a
-// timer firing) run without its lock, and a timer's function runs on its own goroutine, never
-// under the fake clock's lock.
+// The volume's lock is taken last of the manager's own; the clock, the contexts and lifetime are
+// last of all. certrequests and lifetime call nothing under their locks. Callbacks out of an
+// owner (an outage ending, a pod gone, a timer firing) run without its lock, and a timer's
+// function runs on its own goroutine, never under the fake clock's lock.
 //
 // # Blocking and the clock
 //

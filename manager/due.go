@@ -45,7 +45,11 @@ type keypairWrite struct {
 // less: due now), given its last success in this registration (nil: none): until its renewal
 // point (see renewalPoint), and never sooner than minWaitAfterSuccess after a success,
 // whichever attempt wrote it, so that a certificate that is already due never turns the loop
-// into a hot loop. This is the one place that decides it.
+// into a hot loop. It decides when the loop attempts; the helpers below answer narrower
+// questions from the same rules: heldTo (the point Events and the gauge hold a certificate
+// to) and isReady (upstream's IsVolumeReady: the stored NextIssuanceTime alone, which, with
+// RenewalJitter and a driver that stores its own NextIssuanceTime, is later than the loop's
+// attempt by the certificate's draw).
 func untilDue(meta metadata.Metadata, last *keypairWrite, now time.Time) time.Duration {
 	due, ok := renewalPoint(meta, last)
 	if !ok {

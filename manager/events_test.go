@@ -189,7 +189,7 @@ func TestEventsThroughAVolumesLife(t *testing.T) {
 	// Wherever the loop is in its backoff, stepping the clock (in steps well inside an
 	// attempt's 60 s deadline) brings the next attempt; stop once it waits on its request.
 	e.poll("a renewal attempt waiting on its request", func() bool {
-		waiting := m.requests.Waiting() == 1
+		waiting := m.issuance.requests.Waiting() == 1
 		if !waiting {
 			e.clock.Step(10 * time.Second)
 		}
@@ -318,7 +318,7 @@ func TestNoEventsWithoutPodOrRecorder(t *testing.T) {
 	if n, _ := testutil.GatherAndCount(plain.registry, "certmanager_csi_volumes"); n != 0 {
 		t.Fatalf("the state gauge appeared without EnableVolumeStateGauge (%d series)", n)
 	}
-	armed := pm.board.armedTimers(pm.table.get("v1"))
+	armed := pm.armedTimers("v1")
 	if armed != 0 {
 		t.Fatalf("%d certificate timers armed with nobody listening", armed)
 	}
@@ -352,8 +352,7 @@ func TestRestartedManagerWatchesTheCertificate(t *testing.T) {
 	}
 	t.Cleanup(b.Stop)
 	e.poll("the resumed volume's certificate watch", func() bool {
-		v := b.table.get("v1")
-		return v != nil && b.board.armedTimers(v) == 2
+		return b.registry.get("v1") != nil && b.armedTimers("v1") == 2
 	})
 	e.failKeygen.Store(true)
 	e.clock.SetTime(t0.Add(time.Hour))
@@ -378,7 +377,7 @@ func TestDriverThatPersistsNoTime(t *testing.T) {
 	e.manageAndIssue("v1")
 	nextEvent(t, rec, EventReasonCertificateIssued)
 	t0 := e.clock.Now()
-	e.poll("the overdue and expiry timers", func() bool { return m.board.armedTimers(m.table.get("v1")) == 2 })
+	e.poll("the overdue and expiry timers", func() bool { return m.armedTimers("v1") == 2 })
 	if stored, _ := e.store.ReadMetadata("v1"); stored.NextIssuanceTime != nil {
 		t.Fatalf("the driver persisted %v; the test needs none", stored.NextIssuanceTime)
 	}
@@ -399,7 +398,7 @@ func TestDriverThatPersistsNoTime(t *testing.T) {
 		}
 		return 0
 	}
-	e.poll("the renewal's timers", func() bool { return m.board.armedTimers(m.table.get("v1")) == 2 })
+	e.poll("the renewal's timers", func() bool { return m.armedTimers("v1") == 2 })
 	if n := histogram(); n != 1 {
 		t.Fatalf("publish_to_first_certificate_seconds has %d observations after a renewal, want 1", n)
 	}

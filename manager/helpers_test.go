@@ -391,23 +391,33 @@ func defaultNextIssuanceTime(chain []byte) (time.Time, error) {
 	return certs.RenewalPoint(cert), nil
 }
 
-// armedTimers is how many overdue and expiry timers the volume has.
-func (b *board) armedTimers(v *managedVolume) int {
+// armedTimers is how many certificate timers (overdue, expiry, validity) the volume has.
+func (m *Manager) armedTimers(id string) int {
 	n := 0
-	b.table.update(v, func(s *shownVolume) {
-		if s.watch != nil {
-			n = len(s.watch.stops)
+	m.inspectShown(id, func(s *shownVolume) {
+		if s.certificate != nil {
+			n = len(s.certificate.stops)
 		}
 	})
 	return n
 }
 
+// inspectShown runs f on what is shown of the registered volume, under the status's lock.
+func (m *Manager) inspectShown(id string, f func(s *shownVolume)) {
+	v := m.registry.get(id)
+	m.status.mu.Lock()
+	defer m.status.mu.Unlock()
+	if e := m.status.shown[v]; e != nil {
+		f(e)
+	}
+}
+
 // isManaged reports whether the volume is registered.
-func (m *Manager) isManaged(id string) bool { return m.table.get(id) != nil }
+func (m *Manager) isManaged(id string) bool { return m.registry.get(id) != nil }
 
 // loopStarted reports whether the registered volume's loop has started.
 func (m *Manager) loopStarted(id string) bool {
-	v := m.table.get(id)
+	v := m.registry.get(id)
 	return v != nil && v.is(flagLoopStarted)
 }
 

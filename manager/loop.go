@@ -17,9 +17,7 @@ limitations under the License.
 package manager
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -32,20 +30,23 @@ import (
 	"github.com/cert-manager/csi-lib/storage"
 )
 
-// loops are the renewal loops of the managed volumes (see the package documentation), on the
+// renewer runs the renewal loops of the managed volumes (see the package documentation), on the
 // manager's work queue: a volume is a key of the queue, and each time it is ready a worker takes
 // one turn of its loop. A turn waits until the volume is due, makes an attempt, and waits again
 // by the outcome's class, on the volume's own backoffs. Between turns the queue keeps the loop's
 // state (loopState) and the wait's timer; no goroutine waits for a volume.
-type loops struct {
-	iss      *issuer
-	table    *volumeTable
+type renewer struct {
+	iss      *issuance
+	registry *registry
+	status   *status
+	// end ends a registration (Manager.end), for a volume whose metadata is gone.
+	end      func(v *managedVolume, fence bool) bool
 	schedule loopSchedule
 	// queue is the work queue the loops turn on; it keeps the pending Requeue (requeueEnds).
 	queue *workqueue.Queue[*managedVolume, loopState]
 }
 
-// loopSchedule is how loops wait after an attempt: Options.RenewalBackoffConfig,
+// loopSchedule is how the loops wait after an attempt: Options.RenewalBackoffConfig,
 // GateBackoffConfig and GatePollInterval, as completed.
 type loopSchedule struct {
 	renewal, gate wait.Backoff
@@ -79,8 +80,8 @@ type loopState struct {
 
 // firstState is the state of a loop that starts; known, if not nil, is the volume's metadata,
 // just read.
-func (l *loops) firstState(known *metadata.Metadata) loopState {
-	return loopState{renewal: l.schedule.renewal, gate: l.schedule.gate, wait: noWait, known: known, first: true}
+func (r *renewer) firstState(known *metadata.Metadata) loopState {
+	return loopState{renewal: r.schedule.renewal, gate: r.schedule.gate, wait: noWait, known: known, first: true}
 }
 
 // requeueEnds reports whether a Requeue ends a wait in state s: one until due, or for the gate.
@@ -96,25 +97,25 @@ func requeueEnds(s loopState) bool {
 
 // process is the work queue's processing of a volume: what ended its wait, then a turn (see
 // turn), and the wait that follows it. tr is the worker's registration with Stop.
-func (l *loops) process(tr *lifetime.Tracked, v *managedVolume, s loopState, early bool) workqueue.Next[loopState] {
+func (r *renewer) process(tr *lifetime.Tracked, v *managedVolume, s loopState, early bool) workqueue.Next[loopState] {
 	switch {
-	case v.ctx.Err() != nil:
+	case v.ended():
 		return drop
 	case early && s.wait == waitAfterOutage:
-		v.logger(l.iss.log).V(2).Info("The apiserver is reachable again: attempting now")
+		v.logger(r.iss.log).V(2).Info("The apiserver is reachable again: attempting now")
 	case early:
-		v.logger(l.iss.log).V(4).Info("Requeued: re-evaluating now")
+		v.logger(r.iss.log).V(4).Info("Requeued: re-evaluating now")
 	case s.polling:
-		open, alive := l.gateOpens(tr, v)
+		open, alive := r.gateOpens(tr, v)
 		if !alive {
 			return drop
 		}
 		if !open {
-			return l.waitFor(v, s, s.left, waitGatePending)
+			return r.waitFor(v, s, s.left, waitGatePending)
 		}
-		v.logger(l.iss.log).V(4).Info("Readiness gate opened: re-evaluating now")
+		v.logger(r.iss.log).V(4).Info("Readiness gate opened: re-evaluating now")
 	}
-	return l.turn(tr, v, s)
+	return r.turn(tr, v, s)
 }
 
 // drop ends a volume's loop: the volume is gone or unmanaged, its pod terminates, or the
@@ -128,8 +129,8 @@ var drop = workqueue.Next[loopState]{Drop: true}
 // on the renewal backoff, logged and not counted as an issuance error. A volume whose pod
 // terminates makes no attempt any more: its loop ends, and the volume stays managed until it is
 // unmanaged.
-func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqueue.Next[loopState] {
-	iss := l.iss
+func (r *renewer) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqueue.Next[loopState] {
+	iss := r.iss
 	first := s.first
 	s.first = false
 	var meta metadata.Metadata
@@ -137,29 +138,28 @@ func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqu
 	if known := s.known; known != nil {
 		s.known, meta = nil, *known
 	} else if meta, err = iss.store.ReadMetadata(v.id); err == nil {
-		l.table.note(v, meta)
+		r.noteMetadata(v, meta)
 	}
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		v.logger(iss.log).Info("Volume metadata is gone; no longer managing the volume")
-		l.table.remove(v)
-		v.ctx.Cancel()
+		r.end(v, false)
 		return drop
 	case err != nil:
 		v.logger(iss.log).Error(err, "Cannot read volume metadata")
-		return l.waitFor(v, s, s.renewal.Step(), waitAfterError)
+		return r.waitFor(v, s, s.renewal.Step(), waitAfterError)
 	}
 	last := v.lastWritten()
 	renewAt, held := heldTo(meta, last)
 	wait := untilDue(meta, last, iss.clock.Now())
 	if held {
-		iss.board.watchCertificate(v, renewAt)
+		r.status.watchCertificate(v, renewAt)
 	}
 	if wait > 0 {
-		return l.waitFor(v, s, wait, waitUntilDue)
+		return r.waitFor(v, s, wait, waitUntilDue)
 	}
 
-	outcome := l.issue(tr, v, meta)
+	outcome := r.issue(tr, v, meta)
 	if errors.Is(outcome, errStopped) {
 		return drop
 	}
@@ -167,9 +167,11 @@ func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqu
 	var delay time.Duration
 	kind := waitAfterError
 	if !terminated {
-		delay, kind = l.backoff(&s, outcome, first)
+		delay, kind = r.backoff(&s, outcome, first)
 	}
-	iss.board.attemptEnded(v, outcome, false, delay)
+	if outcome != nil {
+		r.status.attemptFailed(v, outcome, false, delay)
+	}
 	switch {
 	case terminated:
 		return drop
@@ -178,7 +180,7 @@ func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqu
 		return workqueue.Next[loopState]{State: s}
 	}
 	v.logger(iss.log).V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", kind == waitGatePending)
-	return l.waitFor(v, s, delay, kind)
+	return r.waitFor(v, s, delay, kind)
 }
 
 // backoff steps the loop's backoffs by an attempt's outcome and returns the wait it calls for:
@@ -194,23 +196,23 @@ func (l *loops) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqu
 // tick. Taking it would start the steps a tick early, so the long ones would begin while gates
 // that open within seconds are still closed (hack/bench: gate-open to request p50 1.5 s against
 // 0.9 s for upstream's schedule, at fewer asks than now).
-func (l *loops) backoff(s *loopState, outcome error, first bool) (time.Duration, waitKind) {
+func (r *renewer) backoff(s *loopState, outcome error, first bool) (time.Duration, waitKind) {
 	switch {
 	case outcome == nil:
-		s.renewal, s.gate = l.schedule.renewal, l.schedule.gate
+		s.renewal, s.gate = r.schedule.renewal, r.schedule.gate
 		return 0, waitAfterError
 	case errors.Is(outcome, ErrNotReadyToRequest) && first:
-		s.renewal = l.schedule.renewal
+		s.renewal = r.schedule.renewal
 		untaken := s.gate
 		return untaken.Step(), waitGatePending
 	case errors.Is(outcome, ErrNotReadyToRequest):
-		s.renewal = l.schedule.renewal
+		s.renewal = r.schedule.renewal
 		return s.gate.Step(), waitGatePending
 	}
-	s.gate = l.schedule.gate
+	s.gate = r.schedule.gate
 	delay := s.renewal.Step()
-	if apicall.Unreachable(outcome) && l.iss.outage != nil {
-		s.outage = l.iss.outage.Noticed()
+	if apicall.Unreachable(outcome) && r.iss.outage != nil {
+		s.outage = r.iss.outage.Noticed()
 		return delay, waitAfterOutage
 	}
 	return delay, waitAfterError
@@ -239,12 +241,12 @@ const (
 // waitFor is the queue's wait of d for kind (zero or less: a turn at once). The queue ends it at
 // once if a Requeue it kept during the turn ends it (requeueEnds); a gate wait longer than
 // GatePollInterval waits one poll interval at a time.
-func (l *loops) waitFor(v *managedVolume, s loopState, d time.Duration, kind waitKind) workqueue.Next[loopState] {
+func (r *renewer) waitFor(v *managedVolume, s loopState, d time.Duration, kind waitKind) workqueue.Next[loopState] {
 	s.wait, s.polling, s.left = kind, false, 0
 	if d <= 0 {
 		return workqueue.Next[loopState]{State: s}
 	}
-	if poll := l.schedule.gatePoll; kind == waitGatePending && poll > 0 && d > poll {
+	if poll := r.schedule.gatePoll; kind == waitGatePending && poll > 0 && d > poll {
 		s.polling, s.left = true, d-poll
 		d = poll
 	}
@@ -253,60 +255,39 @@ func (l *loops) waitFor(v *managedVolume, s loopState, d time.Duration, kind wai
 
 // gateOpens asks the readiness gate about the volume's current metadata. alive is false if the
 // volume was unmanaged or the manager stopped while the gate ran.
-func (l *loops) gateOpens(tr *lifetime.Tracked, v *managedVolume) (open, alive bool) {
-	meta, err := l.iss.store.ReadMetadata(v.id)
+func (r *renewer) gateOpens(tr *lifetime.Tracked, v *managedVolume) (open, alive bool) {
+	meta, err := r.iss.store.ReadMetadata(v.id)
 	if err != nil {
-		return false, v.ctx.Err() == nil
+		return false, !v.ended()
 	}
-	if !tr.Outside(func() { open, _ = l.iss.driver.readyToRequest(meta) }) {
+	if !tr.Outside(func() { open, _ = r.iss.driver.readyToRequest(meta) }) {
 		return false, false
 	}
-	return open, v.ctx.Err() == nil
+	return open, !v.ended()
 }
 
 // issue is the loop's attempt: it ends when the volume is unmanaged, the manager stops, or
 // after issueTimeout on the injected clock. Any error once the volume is unmanaged is errStopped:
 // not an issuance failure. The attempt answers the Requeue the queue kept during the turn, which
 // it drops as it starts (see requeueEnds).
-func (l *loops) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Metadata) error {
-	l.queue.Unwake(v)
-	ctx, deadline, end, cancel := attemptContext(l.iss.clock, v)
-	err := (&issueAttempt{iss: l.iss, v: v, meta: meta, tr: tr, deadline: deadline}).run(ctx, end)
+func (r *renewer) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Metadata) error {
+	r.queue.Unwake(v)
+	ctx, deadline, end, cancel := attemptContext(r.iss.clock)
+	err := (&issueAttempt{iss: r.iss, v: v, meta: meta, tr: tr, deadline: deadline}).run(ctx, end)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
 	cancel()
-	if v.ctx.Err() != nil && err != nil {
+	if v.ended() && err != nil {
 		return errStopped
 	}
 	return err
 }
 
-// issueForCaller is ManageVolumeImmediate's and a publish's attempt: on the caller's goroutine,
-// under the caller's ctx (and the volume's). It runs before the volume's loop starts, so it never
-// overlaps another attempt of the volume.
-// meta is the volume's metadata as the caller just read it; gateOpen says the caller asked the
-// gate already. Every error it returns counts as an issuance error, the gate's refusal and the
-// caller's deadline included.
-func (iss *issuer) issueForCaller(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(v.ctx, func() { cancel(errStopped) })
-	err := (&issueAttempt{iss: iss, v: v, meta: meta, gateOpen: gateOpen}).run(ctx, cancel)
-	stop()
-	cancel(nil)
-	iss.board.attemptEnded(v, err, true, 0)
-	return err
-}
-
-// run makes the attempt under ctx, which end ends with a cause (unmanaged, the pod terminating,
-// the deadline), as the volume's attempt in flight. An attempt ended because its pod terminates
-// returns an error matching ErrPodTerminating, whatever the call it was in reported (often only a
-// cancelled context).
-func (a *issueAttempt) run(ctx context.Context, end context.CancelCauseFunc) error {
-	a.v.attemptStarted(end)
-	err := a.issue(ctx)
-	a.v.attemptDone()
-	if err != nil && !errors.Is(err, ErrPodTerminating) && errors.Is(context.Cause(ctx), ErrPodTerminating) {
-		return fmt.Errorf("%w: %v", ErrPodTerminating, err)
+// noteMetadata takes in what the volume's metadata, just read, says: its pod, and whether it
+// records a certificate.
+func (r *renewer) noteMetadata(v *managedVolume, meta metadata.Metadata) {
+	r.registry.setPod(v, podOf(meta))
+	if hasCertificate(meta) {
+		r.status.hasCertificate(v)
 	}
-	return err
 }

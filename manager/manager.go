@@ -43,8 +43,8 @@ import (
 // Manager obtains and renews certificates for the volumes it manages. Create it with NewManager;
 // all methods are safe for concurrent use.
 type Manager struct {
-	// issuer makes the attempts, for the callers' publishes and for the loops.
-	issuer
+	// issuance is what an attempt uses, for the callers' publishes and for the loops.
+	issuance *issuance
 	// opts are the options as completed, for the Manager's own reads (metadata, the clock, the
 	// publish's gate, metric series).
 	opts     Options
@@ -53,11 +53,12 @@ type Manager struct {
 	life     *lifetime.Lifetime // the context Stop ends, and the goroutines Stop waits for
 	stopOnce sync.Once
 
-	// table is the set of managed volumes and what the board shows of each.
-	table *volumeTable
-	// loops are the volumes' renewal loops, and queue the work queue they turn on.
-	loops loops
-	queue *workqueue.Queue[*managedVolume, loopState]
+	// registry is which volumes are managed; status is what is shown of each.
+	registry *registry
+	status   *status
+	// renewer runs the volumes' renewal loops, and queue is the work queue they turn on.
+	renewer renewer
+	queue   *workqueue.Queue[*managedVolume, loopState]
 	// series deletes the metric series of volumes gone for a retention.
 	series *seriesRetention
 	// accessChecked is closed once the start-up access check has ended (at once when
@@ -85,7 +86,7 @@ func NewManager(opts Options) (*Manager, error) {
 	log.Info("Behaviours that differ from upstream v0.12.0: 1 on, 0 off as upstream, or the driver's value (docs/csilibdebug.md)",
 		append([]any{csilibdebug.EnvironmentVariable, operatorRaw}, settingsTaken...)...)
 	m := &Manager{
-		issuer: issuer{
+		issuance: &issuance{
 			log:                  log,
 			clock:                opts.Clock,
 			store:                opts.MetadataReader,
@@ -110,11 +111,11 @@ func NewManager(opts Options) (*Manager, error) {
 	if rl := opts.IssuanceRateLimit; rl != nil {
 		limits.PerSecond, limits.Burst = rl.PerSecond, rl.Burst
 	}
-	m.admission = admission.New(limits)
+	m.issuance.admission = admission.New(limits)
 	if !opts.DisableOutageProbe {
-		m.outage = outage.New(opts.Clock, outage.APIServerProbe(opts.Client), m.life, m.outageEnded)
+		m.issuance.outage = outage.New(opts.Clock, outage.APIServerProbe(opts.Client), m.life, m.outageEnded)
 	}
-	if m.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, !opts.DisableWatchFallbackReads, m.keys.Seen, m.keys.RequestDeleted); err != nil {
+	if m.issuance.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, !opts.DisableWatchFallbackReads, m.issuance.keys.Seen, m.issuance.keys.RequestDeleted); err != nil {
 		m.life.End()
 		return nil, err
 	}
@@ -129,19 +130,19 @@ func NewManager(opts Options) (*Manager, error) {
 		})
 		go conditions.Run()
 	}
-	m.table = newVolumeTable()
-	m.loops = loops{iss: &m.issuer, table: m.table, schedule: loopScheduleOf(opts)}
-	m.queue = workqueue.New(opts.Clock, m.life, m.loops.process)
-	m.loops.queue = m.queue
-	m.board = newBoard(opts, log, m.table, nodeHash, m.requests.NewestNotAfter, conditions)
-	m.table.observer = m.board
+	m.registry = newRegistry()
+	m.status = newStatus(opts, log, nodeHash, m.issuance.requests.NewestNotAfter, conditions)
+	m.issuance.status = m.status
+	m.renewer = renewer{iss: m.issuance, registry: m.registry, status: m.status, end: m.end, schedule: loopScheduleOf(opts)}
+	m.queue = workqueue.New(opts.Clock, m.life, m.renewer.process)
+	m.renewer.queue = m.queue
 	m.accessChecked = make(chan struct{})
 	if opts.DisableAccessCheck {
 		close(m.accessChecked)
 	} else {
 		accesscheck.Start(m.life, opts.Client.Discovery().RESTClient(), requiredAccess(opts, ownCreates), log, m.accessChecked)
 	}
-	if err := m.requests.Start(m.life.Context()); errors.Is(err, ErrPermissionDenied) {
+	if err := m.issuance.requests.Start(m.life.Context()); errors.Is(err, ErrPermissionDenied) {
 		// Never a reason not to start: publishes answer PermissionDenied until it is granted.
 		log.Error(err, "The CertificateRequest informer cannot sync; every issuance fails until the permission is granted")
 	} else if err != nil {
@@ -150,7 +151,7 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 
 	m.resume()
-	m.table.showAllCounts() // every state, zeros included, from the start
+	m.status.showAllCounts() // every state, zeros included, from the start
 	return m, nil
 }
 
@@ -167,7 +168,7 @@ func NewManagerOrDie(opts Options) *Manager {
 // cache. It exists only once NewManager has returned, so it cannot be the lister passed to
 // metrics.New, whose result NewManager takes (see metrics.New for what to pass).
 func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister {
-	return m.requests.Lister()
+	return m.issuance.requests.Lister()
 }
 
 // ManageVolume starts managing a volume in the background: its loop issues a certificate when
@@ -193,7 +194,7 @@ func (m *Manager) ManageVolume(volumeID string) (managed bool) {
 func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (managed bool, err error) {
 	v := m.register(volumeID, nil, false)
 	if v == nil {
-		if m.table.isStopped() {
+		if m.registry.isStopped() {
 			return false, errStopped
 		}
 		return false, nil
@@ -202,7 +203,7 @@ func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (m
 	if err != nil {
 		return true, fmt.Errorf("reading metadata: %w", err)
 	}
-	m.table.note(v, meta)
+	m.renewer.noteMetadata(v, meta)
 	return true, m.issueFirst(ctx, v, meta, false)
 }
 
@@ -217,7 +218,7 @@ func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (m
 //
 // The publish path reads the metadata once and asks the gate once in all.
 func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Metadata, continueOnNotReady bool) error {
-	if v := m.table.get(meta.VolumeID); v != nil && isReady(meta, m.opts.Clock.Now()) {
+	if v := m.registry.get(meta.VolumeID); v != nil && isReady(meta, m.opts.Clock.Now()) {
 		return nil
 	}
 	ready, reason := m.opts.ReadyToRequest(meta)
@@ -230,7 +231,7 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 	}
 	v := m.register(meta.VolumeID, &meta, false)
 	switch {
-	case v == nil && ready && m.table.isStopped():
+	case v == nil && ready && m.registry.isStopped():
 		return errStopped
 	case v == nil:
 		return nil
@@ -248,13 +249,9 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 // again (see RetireVolumeMetricSeries for a volume gone). Unmanaging an unknown volume
 // does nothing.
 func (m *Manager) UnmanageVolume(volumeID string) {
-	v := m.table.get(volumeID)
-	if v == nil || !m.table.remove(v) {
-		return
+	if v := m.registry.get(volumeID); v != nil {
+		m.end(v, true)
 	}
-	v.ctx.Cancel()
-	m.queue.Forget(v)
-	v.fence()
 }
 
 // DeleteVolumeMetricSeries deletes a volume's per-volume metric series at once.
@@ -276,7 +273,7 @@ func (m *Manager) RetireVolumeMetricSeries(volumeID string) {
 // IsVolumeReady reports whether a managed volume has a certificate that is not yet due for
 // renewal: its NextIssuanceTime is set and the clock is not after it.
 func (m *Manager) IsVolumeReady(volumeID string) bool {
-	if m.table.get(volumeID) == nil {
+	if m.registry.get(volumeID) == nil {
 		return false
 	}
 	meta, err := m.opts.MetadataReader.ReadMetadata(volumeID)
@@ -300,7 +297,7 @@ func (m *Manager) IsVolumeReadyToRequest(volumeID string) (bool, string) {
 // the turn decides (see the package documentation). A driver calls it when a gate condition may
 // have changed.
 func (m *Manager) Requeue(volumeID string) {
-	if v := m.table.get(volumeID); v != nil {
+	if v := m.registry.get(volumeID); v != nil {
 		m.queue.Wake(v, requeueEnds)
 	}
 }
@@ -308,7 +305,7 @@ func (m *Manager) Requeue(volumeID string) {
 // RequeuePod calls Requeue for every managed volume of the pod with the given UID, typically
 // from a pod informer's update handler.
 func (m *Manager) RequeuePod(podUID types.UID) {
-	for _, id := range m.table.podVolumes(podUID) {
+	for _, id := range m.registry.podVolumes(podUID) {
 		m.Requeue(id)
 	}
 }
@@ -323,7 +320,7 @@ func (m *Manager) PodTerminating(podUID types.UID) {
 	if podUID == "" {
 		return
 	}
-	if n := m.table.podTerminates(podUID, m.opts.Clock.Now()); n > 0 {
+	if n := m.registry.podTerminates(podUID, m.opts.Clock.Now()); n > 0 {
 		m.log.Info("Pod is terminating: ending its volumes' issuance", "pod_uid", podUID, "volumes", n)
 	}
 }
@@ -334,33 +331,52 @@ func (m *Manager) PodTerminating(podUID types.UID) {
 // ManageVolumeImmediate an error. Stop may be called more than once.
 func (m *Manager) Stop() {
 	m.stopOnce.Do(func() {
-		vols := m.table.stop()
+		vols := m.registry.stop()
+		m.status.stop()
 		m.life.Cancel()
 		for _, v := range vols {
-			// No fence: Stop must not wait for a WriteKeypair.
-			v.ctx.Cancel()
+			m.end(v, false) // no fence: Stop must not wait for a WriteKeypair
 		}
 		m.queue.Stop()
-		m.keys.Stop()
+		m.issuance.keys.Stop()
 		m.series.stop()
 		m.life.End()
-		if m.board.conditions != nil {
-			m.board.conditions.Stop()
-		}
-		m.admission.Close()
-		m.requests.Shutdown()
+		m.status.stopConditionWriter()
+		m.issuance.admission.Close()
+		m.issuance.requests.Shutdown()
 	})
 }
 
-// register adds a volume to the managed set, counted in its state, without starting its loop,
+// end ends a volume's registration, the one way out of every registration (UnmanageVolume, Stop,
+// its metadata gone): the registry forgets and closes it (no loop starts for it), the status
+// stops showing it, its context ends (its loop's turn and attempt in flight with it) and the
+// work queue forgets it. fence also waits for a WriteKeypair already running (UnmanageVolume's
+// promise). It returns false, doing nothing, if v was no longer registered.
+func (m *Manager) end(v *managedVolume, fence bool) bool {
+	if !m.registry.remove(v) {
+		return false
+	}
+	m.status.remove(v)
+	m.queue.Forget(v)
+	if fence {
+		v.fence()
+	}
+	return true
+}
+
+// register adds a volume to the managed set, shown in its state, without starting its loop,
 // and keeps its metric series (a retirement pending for the ID is cancelled); meta, if not nil,
-// is the volume's metadata (see volumeTable.note), and resumed says it comes from stored state at
+// is the volume's metadata (see renewer.noteMetadata), and resumed says it comes from stored state at
 // start-up. It returns nil if the volume is already managed or the manager is stopped.
 func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *managedVolume {
 	v := newVolume(id, m.opts.Clock.Now(), resumed)
-	if !m.table.add(v, meta) {
+	if !m.registry.add(v) {
 		return nil
 	}
+	if meta != nil {
+		m.registry.setPod(v, podOf(*meta))
+	}
+	m.status.add(v, meta != nil && hasCertificate(*meta))
 	m.series.keep(id)
 	return v
 }
@@ -370,7 +386,7 @@ func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *ma
 // the loop its first read.
 func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
 	if v.startsLoop() {
-		m.queue.Add(v, m.loops.firstState(known))
+		m.queue.Add(v, m.renewer.firstState(known))
 	}
 }
 
@@ -387,7 +403,7 @@ func (m *Manager) issueFirst(ctx context.Context, v *managedVolume, meta metadat
 		m.startLoop(v, &meta)
 		return nil
 	}
-	if err := m.issuer.issueForCaller(ctx, v, meta, gateOpen); err != nil {
+	if err := m.issuance.issueForCaller(ctx, v, meta, gateOpen); err != nil {
 		return err
 	}
 	m.startLoop(v, nil)

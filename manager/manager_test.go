@@ -322,7 +322,7 @@ func TestPendingRequestResumedWhileKeyInMemory(t *testing.T) {
 	if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(cert.PublicKey) {
 		t.Fatal("written key does not match the resumed request")
 	}
-	left := e.m.keys.Count()
+	left := e.m.issuance.keys.Count()
 	if left != 0 {
 		t.Fatalf("%d pending keys kept after issuance", left)
 	}
@@ -603,8 +603,7 @@ func TestAttemptDeadlineOnEitherClock(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			fc := testclock.NewFakeClock(start)
-			v := newVolume("v", start, false)
-			ctx, deadline, _, cancel := attemptContext(wrap(fc), v)
+			ctx, deadline, _, cancel := attemptContext(wrap(fc))
 			defer cancel()
 			fc.Step(issueTimeout - time.Millisecond)
 			if ctx.Err() != nil {

@@ -100,7 +100,7 @@ func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
 				if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
 					t.Fatal("the attempt whose create and settling broke succeeded")
 				}
-				if _, ok := m.keys.UnseenRequest("v1"); !ok {
+				if _, ok := m.issuance.keys.UnseenRequest("v1"); !ok {
 					t.Error("the key of a create whose outcome is unknown was not kept")
 				}
 				m.UnmanageVolume("v1")
@@ -129,8 +129,8 @@ func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
 			if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(leaf.PublicKey) {
 				t.Fatal("the key written is not the key the request was made with")
 			}
-			if _, ok := m.keys.UnseenRequest("v1"); ok || m.keys.Count() != 0 {
-				t.Fatalf("keys left after the issuance: %d", m.keys.Count())
+			if _, ok := m.issuance.keys.UnseenRequest("v1"); ok || m.issuance.keys.Count() != 0 {
+				t.Fatalf("keys left after the issuance: %d", m.issuance.keys.Count())
 			}
 		})
 	}
@@ -153,8 +153,8 @@ func TestRefusedCreateForgetsTheKey(t *testing.T) {
 	if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); !apierrors.IsForbidden(err) {
 		t.Fatalf("error %v, want the refusal", err)
 	}
-	if _, ok := m.keys.UnseenRequest("v1"); ok || m.keys.Count() != 0 {
-		t.Fatalf("a refused create kept its key (%d keys)", m.keys.Count())
+	if _, ok := m.issuance.keys.UnseenRequest("v1"); ok || m.issuance.keys.Count() != 0 {
+		t.Fatalf("a refused create kept its key (%d keys)", m.issuance.keys.Count())
 	}
 	m.UnmanageVolume("v1")
 	e.manageAndIssue("v1")
@@ -173,12 +173,12 @@ func TestSettlingReadsBeforeItCreatesAgain(t *testing.T) {
 	e.register("v1", false)
 	m := e.start()
 	cut()
-	e.poll("the watch to be suspect", m.requests.WatchSuspect)
+	e.poll("the watch to be suspect", m.issuance.requests.WatchSuspect)
 	done := e.manageInBackground("v1")
 	pending := e.waitForPending()
 	// Signed once the publish waits on what its settling read (the request, not yet signed): the
 	// signature reaches it only by a direct read, the watch being down.
-	e.poll("the publish to wait on the request", func() bool { return m.requests.Waiting() == 1 })
+	e.poll("the publish to wait on the request", func() bool { return m.issuance.requests.Waiting() == 1 })
 	if _, err := testkit.Issue(context.Background(), e.client, e.ca, pending, e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -220,12 +220,12 @@ func TestSettlingWithoutAnAnswerKeepsTheKey(t *testing.T) {
 	if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
 		t.Fatal("the attempt whose create and settling got no answer succeeded")
 	}
-	held, ok := m.keys.UnseenRequest("v1")
+	held, ok := m.issuance.keys.UnseenRequest("v1")
 	sent := held.Request
 	if !ok {
 		t.Fatal("the key was forgotten although the first create's outcome is still unknown")
 	}
-	if !m.requests.CreatedHere(certrequests.Key(sent.Namespace, sent.Name)) {
+	if !m.issuance.requests.CreatedHere(certrequests.Key(sent.Namespace, sent.Name)) {
 		t.Fatal("the request's place in the creation order was forgotten")
 	}
 	m.UnmanageVolume("v1")
@@ -288,7 +288,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 			// kubelet's retry.
 			retry := e.manageInBackground("v1")
 			if !signedBeforeRetry {
-				e.poll("the retry to wait on the request", func() bool { return m.requests.Waiting() == 1 })
+				e.poll("the retry to wait on the request", func() bool { return m.issuance.requests.Waiting() == 1 })
 				sign()
 				release()
 			}
@@ -309,7 +309,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 				t.Fatal("the key written is not the key the request was made with")
 			}
 			release()
-			e.poll("the cache to show the request", func() bool { _, held := m.keys.UnseenRequest("v1"); return !held })
+			e.poll("the cache to show the request", func() bool { _, held := m.issuance.keys.UnseenRequest("v1"); return !held })
 		})
 	}
 }
@@ -351,10 +351,10 @@ func TestTheCacheCatchingUpDuringALookupNeverCostsASecondRequest(t *testing.T) {
 	// and the cache catches up just after.
 	caughtUp := make(chan bool, 1)
 	var once sync.Once
-	m.requestsRead = func() {
+	m.issuance.requestsRead = func() {
 		once.Do(func() {
 			release()
-			caughtUp <- pollFor(func() bool { _, held := m.keys.UnseenRequest("v1"); return !held })
+			caughtUp <- pollFor(func() bool { _, held := m.issuance.keys.UnseenRequest("v1"); return !held })
 		})
 	}
 	if !m.ManageVolume("v1") {
@@ -363,7 +363,7 @@ func TestTheCacheCatchingUpDuringALookupNeverCostsASecondRequest(t *testing.T) {
 	if !<-caughtUp {
 		t.Fatal("the cache did not show the request")
 	}
-	e.poll("the retry to wait on a request", func() bool { return m.requests.Waiting() == 1 })
+	e.poll("the retry to wait on a request", func() bool { return m.issuance.requests.Waiting() == 1 })
 	if n := len(e.requests()); n != 1 {
 		t.Fatalf("%d requests for one issuance", n)
 	}

@@ -94,7 +94,7 @@ func TestLoopAttemptsAsSoonAsTheApiserverIsBack(t *testing.T) {
 		e.start()
 		e.expectAttemptThenWait(30 * time.Second)
 		e.poll("the probe to end", func() bool {
-			return !e.m.outage.Probing()
+			return !e.m.issuance.outage.Probing()
 		})
 		e.stepNotYet(30 * time.Second)
 		e.clock.Step(time.Millisecond)

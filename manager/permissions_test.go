@@ -153,7 +153,7 @@ func TestRefusedListStartsAndSaysSo(t *testing.T) {
 	// The informer retries on client-go's reflector backoff (wall clock, from 800 ms): a bounded
 	// poll for its sync.
 	rbac.Grant("list")
-	e.poll("the informer to sync once list is granted", func() bool { return m.requests.HasSynced() })
+	e.poll("the informer to sync once list is granted", func() bool { return m.issuance.requests.HasSynced() })
 	if refusedBefore > 3 {
 		t.Errorf("the informer's list was refused %d times before it was granted: a tight loop", refusedBefore)
 	}
@@ -352,7 +352,7 @@ func TestRefusedSettlingReadIsPermissionDenied(t *testing.T) {
 	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), `list certificaterequests.cert-manager.io in namespace "ns"`) {
 		t.Fatalf("attempt whose settling read is refused: %v", err)
 	}
-	if _, ok := m.keys.UnseenRequest("v1"); !ok {
+	if _, ok := m.issuance.keys.UnseenRequest("v1"); !ok {
 		t.Error("the request whose create's outcome is unknown is no longer held")
 	}
 }

@@ -171,7 +171,7 @@ func waitCondition(t *testing.T, e *env, kube *kubefake.Clientset, pod string, s
 func waitIssuedAndWaiting(e *env, m *Manager, id string) {
 	e.t.Helper()
 	e.poll("the loop's wait until due and the certificate's timers", func() bool {
-		return m.board.armedTimers(m.table.get(id)) == 3 && e.clock.Waiters() == 5
+		return m.armedTimers(id) == 3 && e.clock.Waiters() == 5
 	})
 }
 
@@ -224,7 +224,7 @@ func TestPodConditionLifecycle(t *testing.T) {
 	// Expiry (1 h) less the margin (2 s): False, naming the volume; not a millisecond before.
 	invalidAt := start.Add(time.Hour - DefaultPodConditionExpiryMargin)
 	validity := func() (v podcondition.Validity) {
-		m.table.update(m.table.get("v1"), func(s *shownVolume) { v = m.board.validityLocked(s) })
+		m.inspectShown("v1", func(s *shownVolume) { v = m.status.validityLocked(s) })
 		return v
 	}
 	e.clock.SetTime(invalidAt.Add(-time.Millisecond))
@@ -306,10 +306,10 @@ func TestPodConditionTwoVolumes(t *testing.T) {
 			}
 		}
 	}
-	e.poll("b's renewal on the board", func() bool {
+	e.poll("b's renewal shown", func() bool {
 		renewed := false
-		m.table.update(m.table.get("b"), func(s *shownVolume) {
-			renewed = s.watch != nil && s.watch.notAfter.After(start.Add(time.Hour))
+		m.inspectShown("b", func(s *shownVolume) {
+			renewed = s.certificate != nil && s.certificate.notAfter.After(start.Add(time.Hour))
 		})
 		return renewed
 	})
@@ -382,7 +382,7 @@ func TestPodConditionSurvivesRestart(t *testing.T) {
 	// Nothing shows the volume again until the clock moves, and the clock does not move: once
 	// the writer has ended every sync of the pods queued so far, nothing else is done for pod-v1.
 	e.poll("the restarted loop's wait until due and the certificate's timers", func() bool {
-		return b.board.armedTimers(b.table.get("v1")) == 3 && e.clock.Waiters() == 6
+		return b.armedTimers("v1") == 3 && e.clock.Waiters() == 6
 	})
 	settleWriter(t, e, b, kube)
 	if gets, patches := podCallsOf(kube, "pod-v1"); gets != 1 || patches != 0 {
@@ -459,10 +459,10 @@ func TestNoPodConditionWithoutTheOption(t *testing.T) {
 	e.register("v1", false)
 	m := e.start()
 	publishAndIssue(t, e, m, "v1")
-	if m.board.conditions != nil || m.board.watching {
+	if m.status.conditions != nil || m.status.watching {
 		t.Fatal("pod conditions (or certificate timers) without the option")
 	}
-	if w := m.board.armedTimers(m.table.get("v1")); w != 0 {
+	if w := m.armedTimers("v1"); w != 0 {
 		t.Fatalf("%d certificate timers without a listener", w)
 	}
 }
@@ -483,9 +483,9 @@ func TestPodConditionDropsAGonePod(t *testing.T) {
 	// marks it gone before it takes the pod off its queue: a change shown from then on queues
 	// the pod again only after that, and finds it gone.
 	e.poll("the pod to be known gone", func() bool {
-		m.table.mu.Lock()
-		defer m.table.mu.Unlock()
-		_, terminating := m.table.terminating["uid-v1"]
+		m.registry.mu.Lock()
+		defer m.registry.mu.Unlock()
+		_, terminating := m.registry.terminating["uid-v1"]
 		return terminating
 	})
 	// A gone pod's volume makes no further attempt (nothing is created for it): its renewal
@@ -496,7 +496,7 @@ func TestPodConditionDropsAGonePod(t *testing.T) {
 	e.clock.SetTime(start.Add(time.Hour))
 	e.poll("the certificate shown expired", func() bool {
 		expired := false
-		m.table.update(m.table.get("v1"), func(s *shownVolume) { expired = s.status.expired })
+		m.inspectShown("v1", func(s *shownVolume) { expired = s.status.expired })
 		return expired
 	})
 	if got := e.counter(issueCalls, "v1"); got != calls {

@@ -145,7 +145,7 @@ func newRequeueHarness(t *testing.T, base, cap time.Duration) *requeueHarness {
 	// ManageVolume, once the hooks are in place.
 	h.e.register(h.id, false)
 	m := h.e.start()
-	m.requestsRead = func() { h.at(beforeGate) }
+	m.issuance.requestsRead = func() { h.at(beforeGate) }
 	if !m.ManageVolume(h.id) {
 		t.Fatal("ManageVolume = false")
 	}

@@ -53,7 +53,7 @@ func restartWhilePending(t *testing.T, hideKeyStore bool) (creates int, e *env) 
 
 	b := e.start()
 	e.poll("B's attempt to resume or replace the request", func() bool {
-		return b.requests.Waiting() == 1
+		return b.issuance.requests.Waiting() == 1
 	})
 	e.issuePending()
 	e.poll("the key pair to be written", func() bool {

@@ -21,28 +21,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cert-manager/csi-lib/internal/cancelctx"
+	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
 // managedVolume is the manager's state for one registration of a volume: from ManageVolume (or a
-// publish, or the resumption at start-up) to UnmanageVolume, Stop or the loss of its metadata.
+// publish, or the resumption at start-up) to its end (UnmanageVolume, Stop or the loss of its
+// metadata: Manager.end).
 //
-// The volume owns its state and guards all of it with mu; what other owners need of it they ask
-// for through its methods. What is shown of it is the volume table's (see tableEntry). The table
-// takes mu, after its own lock, when it files the volume under its pod, marks its loop started or
-// changes what is shown of it, so that the board reads the volume's pod and flags as they are.
-// Holding mu, the volume takes only the locks after it in the package doc's lock order: the pod
-// conditions' (the board showing it), its attempt's context's (ending the attempt in flight) and
-// the clock's (the board's timers).
+// The volume owns its flags, its pod, its last write and its attempt in flight, and guards them
+// with mu; other owners ask for them through its methods, which take mu and call nothing else but
+// the attempt's cancel (volume -> context in the package doc's lock order). The registry calls
+// them under its lock, and the status under its own.
 type managedVolume struct {
 	id        string
 	managedAt time.Time
-	// ctx ends with the registration; the contexts of its attempts derive from it. It is a
-	// context and keeps its own lock, as every context does.
-	ctx *cancelctx.Context
 
 	mu    sync.Mutex
 	flags volumeFlags
@@ -68,8 +63,7 @@ const (
 	flagTerminating
 	// fenced: UnmanageVolume has run; nothing writes for this registration any more.
 	flagFenced
-	// closed: the table no longer holds the volume, or the manager stopped; no loop starts for
-	// it. The table sets it, under its lock and the volume's.
+	// closed: the registration ended (see close): no loop starts for it, and no attempt runs.
 	flagClosed
 )
 
@@ -78,6 +72,14 @@ const (
 type volumePod struct {
 	uid             types.UID
 	namespace, name string
+}
+
+// UID is the pod's UID; empty for a nil pod.
+func (p *volumePod) UID() types.UID {
+	if p == nil {
+		return ""
+	}
+	return p.uid
 }
 
 // ref is the reference that Events and the pod condition name; nil unless name, namespace and
@@ -96,8 +98,21 @@ type attemptInFlight struct {
 	writing chan struct{}
 }
 
+// podOf is the pod a volume's metadata names; nil when it names no pod UID.
+func podOf(meta metadata.Metadata) *volumePod {
+	uid := types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])
+	if uid == "" {
+		return nil
+	}
+	return &volumePod{
+		uid:       uid,
+		namespace: meta.VolumeContext[metadata.PodNamespaceVolumeContextKey],
+		name:      meta.VolumeContext[metadata.PodNameVolumeContextKey],
+	}
+}
+
 func newVolume(id string, now time.Time, resumed bool) *managedVolume {
-	v := &managedVolume{id: id, managedAt: now, ctx: cancelctx.New()}
+	v := &managedVolume{id: id, managedAt: now}
 	if resumed {
 		v.flags = flagResumed
 	}
@@ -123,12 +138,16 @@ func (v *managedVolume) is(f volumeFlags) bool {
 	return v.flags&f == f
 }
 
-// attemptStarted records the attempt starting, with the cancel that ends it; attemptDone
-// clears it.
+// attemptStarted records the attempt starting, with the cancel that ends it (at once, with
+// errStopped, if the registration has ended); attemptDone clears it.
 func (v *managedVolume) attemptStarted(end context.CancelCauseFunc) {
 	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.flags&flagClosed != 0 {
+		end(errStopped)
+		return
+	}
 	v.inFlight = &attemptInFlight{end: end}
-	v.mu.Unlock()
 }
 
 func (v *managedVolume) attemptDone() {
@@ -142,14 +161,41 @@ func (v *managedVolume) attemptDone() {
 func (v *managedVolume) podTerminates() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.podTerminatesLocked()
-}
-
-func (v *managedVolume) podTerminatesLocked() {
 	v.flags |= flagTerminating
 	if v.inFlight != nil {
 		v.inFlight.end(ErrPodTerminating)
 	}
+}
+
+// setPod gives the volume the pod its metadata names; it reports the UID of the pod it had, and
+// whether the UID changed (only then is the pod replaced).
+func (v *managedVolume) setPod(pod *volumePod) (old types.UID, changed bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	old = v.pod.UID()
+	if old == pod.UID() {
+		return old, false
+	}
+	v.pod = pod
+	return old, true
+}
+
+// close ends the registration: no loop starts for it any more, and the attempt in flight, if
+// any, ends with errStopped. It reports the pod's UID. The registry closes a volume as it
+// removes it.
+func (v *managedVolume) close() types.UID {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.flags |= flagClosed
+	if v.inFlight != nil && v.inFlight.end != nil {
+		v.inFlight.end(errStopped)
+	}
+	return v.pod.UID()
+}
+
+// ended reports whether the registration has ended (close).
+func (v *managedVolume) ended() bool {
+	return v.is(flagClosed)
 }
 
 // writeStarts reports whether the attempt in flight may call WriteKeypair: false once the
@@ -207,11 +253,15 @@ func (v *managedVolume) lastWritten() *keypairWrite {
 func (v *managedVolume) podRef() *corev1.ObjectReference {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.podRefLocked()
+	return v.pod.ref()
 }
 
-func (v *managedVolume) podRefLocked() *corev1.ObjectReference {
-	return v.pod.ref()
+// conditionPod is what the pod condition needs of the volume: its pod's reference (nil while not
+// fully known) and whether the volume was resumed at start-up.
+func (v *managedVolume) conditionPod() (ref *corev1.ObjectReference, resumed bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.pod.ref(), v.flags&flagResumed != 0
 }
 
 // logger is log with the volume's ID and, once known, its pod's name.

@@ -25,6 +25,8 @@ limitations under the License.
 // certmanager_csi_publish_to_first_certificate_seconds,
 // certmanager_csi_issuance_admission_waiting, certmanager_csi_issuance_admission_waits_total and
 // the state gauge certmanager_csi_volumes (which EnableVolumeStateGauge turns on alone).
+// certmanager_csi_startup_taint_removals_total is registered only by EnableStartupTaintRemovals,
+// which the driver's opt-in startup taint option calls.
 //
 // Per-volume series outlive their volume by a retention, as upstream's never-deleted series
 // do for a while: the manager deletes them (DeleteVolumeSeries) once its
@@ -76,6 +78,11 @@ type Metrics struct {
 	// volumeStates is registered only by EnableVolumeStateGauge (or EnableExtendedMetrics).
 	volumeStatesOnce sync.Once
 	volumeStates     *prometheus.GaugeVec
+
+	// startupTaintRemovals is registered only by EnableStartupTaintRemovals (which the driver's
+	// opt-in startup taint option calls).
+	startupTaintOnce     sync.Once
+	startupTaintRemovals *prometheus.CounterVec
 }
 
 // VolumeStates are the states certmanager_csi_volumes counts, in the order they are printed.
@@ -232,6 +239,41 @@ func (m *Metrics) SetVolumeStates(nodeNameHash string, counts map[string]int) {
 	}
 	for _, state := range VolumeStates {
 		g.WithLabelValues(nodeNameHash, state).Set(float64(counts[state]))
+	}
+}
+
+// EnableStartupTaintRemovals registers certmanager_csi_startup_taint_removals_total{node}: the
+// number of startup taints (<driver name>/agent-not-ready) the driver removed from its node.
+// driver.Options.RemoveStartupTaint calls it when it is given these metrics; it is not part of
+// EnableExtendedMetrics, and without it /metrics does not have the family. Calling it more than
+// once is harmless.
+func (m *Metrics) EnableStartupTaintRemovals() {
+	if m == nil {
+		return
+	}
+	m.startupTaintOnce.Do(func() {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "startup_taint_removals_total",
+			Help: "The number of startup taints (<driver name>/agent-not-ready) the driver removed from its node.",
+		}, []string{"node"})
+		m.registry.MustRegister(c)
+		m.mu.Lock()
+		m.startupTaintRemovals = c
+		m.mu.Unlock()
+	})
+}
+
+// AddStartupTaintRemovals adds n startup taints removed from the node (0 creates the node's
+// series at zero). It does nothing unless EnableStartupTaintRemovals was called.
+func (m *Metrics) AddStartupTaintRemovals(nodeNameHash string, n int) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	c := m.startupTaintRemovals
+	m.mu.Unlock()
+	if c != nil {
+		c.WithLabelValues(nodeNameHash).Add(float64(n))
 	}
 }
 

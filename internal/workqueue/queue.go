@@ -14,12 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package workqueue is a work queue on an injected clock, in the shape of client-go's
-// rate-limited work queue: keys wait (each on a timer of the clock), become ready (in one FIFO),
-// and are processed by workers started on demand, never two at once for one key. What a key
-// carries between two processings (its state: what it waits for, its backoffs) is the queue's,
-// handed to each processing and taken back from it, so a key that waits costs a timer and its
-// state, and no goroutine.
 package workqueue
 
 import (
@@ -156,13 +150,8 @@ func (q *Queue[K, S]) WakeAll(match func(S) bool) int {
 func (q *Queue[K, S]) Forget(k K) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	e := q.keys[k]
-	switch {
-	case e == nil:
-	case e.place == processing:
-		e.forgotten = true
-	default:
-		q.dropLocked(k, e)
+	if e := q.keys[k]; e != nil {
+		q.forgetLocked(k, e)
 	}
 }
 
@@ -173,11 +162,7 @@ func (q *Queue[K, S]) Stop() {
 	defer q.mu.Unlock()
 	q.stopped = true
 	for k, e := range q.keys {
-		if e.place == processing {
-			e.forgotten = true
-			continue
-		}
-		q.dropLocked(k, e)
+		q.forgetLocked(k, e)
 	}
 }
 
@@ -200,10 +185,14 @@ func (q *Queue[K, S]) Workers() int {
 	return q.workers
 }
 
-func (q *Queue[K, S]) dropLocked(k K, e *entry[S]) {
+// forgetLocked takes k out of the queue, or, if it is processing, out after its processing. A
+// timer that fired already finds k gone (fire).
+func (q *Queue[K, S]) forgetLocked(k K, e *entry[S]) {
 	switch e.place {
+	case processing:
+		e.forgotten = true
+		return
 	case waiting:
-		e.seq++
 		e.stopTimer()
 	case ready:
 		q.ready.Remove(e.elem)
@@ -215,7 +204,6 @@ func (q *Queue[K, S]) dropLocked(k K, e *entry[S]) {
 func (q *Queue[K, S]) endWaitLocked(k K, e *entry[S], early bool) {
 	e.seq++
 	e.stopTimer()
-	e.stopTimer = nil
 	q.makeReadyLocked(k, e, early)
 }
 
@@ -250,24 +238,23 @@ func (q *Queue[K, S]) fire(k K, e *entry[S], seq uint64) {
 	if q.keys[k] != e || e.place != waiting || e.seq != seq {
 		return
 	}
-	e.stopTimer = nil
 	q.makeReadyLocked(k, e, false)
 }
 
-// work processes ready keys, first in first out, until none is ready or the queue stops.
+// work processes ready keys, first in first out, until none is ready (none is after Stop).
 func (q *Queue[K, S]) work(tr *lifetime.Tracked) {
 	defer tr.Done()
 	for {
 		q.mu.Lock()
 		front := q.ready.Front()
-		if q.stopped || front == nil {
+		if front == nil {
 			q.workers--
 			q.mu.Unlock()
 			return
 		}
 		k := q.ready.Remove(front).(K)
 		e := q.keys[k]
-		e.place, e.elem, e.wake = processing, nil, nil
+		e.place = processing
 		q.busy++
 		q.mu.Unlock()
 

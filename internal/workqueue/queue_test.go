@@ -56,7 +56,7 @@ type harness struct {
 	log       []processed
 	decide    func(key, n int) Next[int] // the key's n-th decision
 	count     map[int]int
-	inFlight  [64]atomic.Int32
+	inFlight  [128]atomic.Int32
 	concurred atomic.Bool
 	// block, if not nil, holds every processing until it is closed.
 	block chan struct{}

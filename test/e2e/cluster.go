@@ -136,6 +136,9 @@ type driverFlags struct {
 	v012Gate     bool          // v0.12.0's gate settings: the 1–10 s gate backoff, no gate poll
 	issueBackoff time.Duration // the issuance backoff's first step (0: the library's)
 	podCondition bool          // keep readyCondition on the pods (manager.Options.PodCondition)
+	// removeStartupTaint: remove the node's startup taint once registered
+	// (driver.Options.RemoveStartupTaint; its RBAC is examples/deploy/startup-taint's)
+	removeStartupTaint bool
 }
 
 // podConditionType is the driver's --pod-condition: readyCondition, or "" for none.
@@ -163,6 +166,7 @@ func (c *cluster) startDriver(ctx context.Context, f driverFlags) error {
 		fmt.Sprintf("--v0.12-gate=%t", f.v012Gate),
 		"--issue-backoff", f.issueBackoff.String(),
 		"--pod-condition", f.podConditionType(),
+		fmt.Sprintf("--remove-startup-taint=%t", f.removeStartupTaint),
 		"--v", "4"); err != nil {
 		return err
 	}

@@ -274,3 +274,35 @@ func TestRenderedSetIsTheFiles(t *testing.T) {
 		t.Errorf("the rendered DaemonSet is not daemonset.yaml's:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestStartupTaintOverlay: the overlay of docs/deploying.md that turns the startup taint's
+// removal on renders the set with the driver's --remove-startup-taint, the component's RBAC and
+// admission policy, and the DaemonSet's toleration of the taint; the set alone has the
+// toleration but neither the flag nor the component's objects.
+func TestStartupTaintOverlay(t *testing.T) {
+	const key = driverName + "/agent-not-ready"
+	component := []string{"ClusterRole/csi-driver-startup-taint", "ClusterRoleBinding/csi-driver-startup-taint",
+		"ValidatingAdmissionPolicy/csi-driver-startup-taint", "ValidatingAdmissionPolicyBinding/csi-driver-startup-taint"}
+	check := func(what string, objs []*unstructured.Unstructured, on bool) {
+		t.Helper()
+		ds := renderedDaemonSet(t, objs)
+		if !slices.ContainsFunc(ds.Spec.Template.Spec.Tolerations, func(tol corev1.Toleration) bool {
+			return tol.Key == key && tol.Operator == corev1.TolerationOpExists
+		}) {
+			t.Errorf("%s: the DaemonSet does not tolerate %s", what, key)
+		}
+		if got := slices.Contains(podContainer(t, ds.Spec.Template.Spec, "csi-driver").Args, "--remove-startup-taint"); got != on {
+			t.Errorf("%s: the driver's --remove-startup-taint is %t, want %t", what, got, on)
+		}
+		for _, o := range component {
+			kind, name, _ := strings.Cut(o, "/")
+			if got := objectOf(objs, kind, name) != nil; got != on {
+				t.Errorf("%s: %s rendered %t, want %t", what, o, got, on)
+			}
+		}
+	}
+	check("the set", render(t, setDir), false)
+	dir := t.TempDir()
+	docsOverlay(t, "examples/deploy/startup-taint", dir)
+	check("the docs' overlay", render(t, dir), true)
+}

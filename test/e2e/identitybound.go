@@ -42,7 +42,7 @@ import (
 	"github.com/cert-manager/csi-lib/examples/csi-driver/plugin"
 )
 
-// identityVolume is one volume of story 15's pod: its attributes, and the DNS names and the
+// identityVolume is one volume of story 16's pod: its attributes, and the DNS names and the
 // issuer its certificate must have.
 type identityVolume struct {
 	name       string
@@ -52,14 +52,14 @@ type identityVolume struct {
 	issuerName string
 }
 
-// storyIdentityBound is story 15: identity-bound issuance (docs/node-bound.md). With the example
+// storyIdentityBound is story 16: identity-bound issuance (docs/node-bound.md). With the example
 // approver's pod-spec rule (the driver's own generator on what kubelet sends, rebuilt from the
 // pod) and the node-bound policy, a pod with two volumes of the driver, of two issuers and other
 // names, gets both certificates, each with the names its volume asks for, from its issuer; a
 // request made by hand with this node's driver token, the pod's own request re-signed with one
 // more DNS name, and another asking for a longer life, are denied, naming what is wrong.
 func (c *cluster) storyIdentityBound(ctx context.Context) (r result) {
-	r.story = "15 identity-bound issuance"
+	r.story = "16 identity-bound issuance"
 	fail := func(err error) result {
 		r.detail = err.Error()
 		return r

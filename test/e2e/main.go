@@ -51,6 +51,7 @@ func main() {
 	check := flag.Bool("check", false, "only say whether this machine can run the node (exit 2 and why if not)")
 	flag.BoolVar(&demoMode, "demo", false, "tell the demo's four stories (make demo) instead of the e2e stories")
 	flag.BoolVar(&onlyDeploy, "only-deploy", false, "tell only stories 13 and 14 (examples/deploy applied whole, then CSILIBDEBUG set on its DaemonSet)")
+	flag.BoolVar(&onlyStartupTaint, "only-startup-taint", false, "tell only story 15 (the node's startup taint removed once the driver is registered)")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // envtest's own logging
 	bins := os.Getenv("KUBEBUILDER_ASSETS")
@@ -86,6 +87,9 @@ var demoMode bool
 
 // onlyDeploy: tell only the story of examples/deploy applied whole.
 var onlyDeploy bool
+
+// onlyStartupTaint: tell only the startup taint's story.
+var onlyStartupTaint bool
 
 // result is one story's outcome, a row of the table.
 type result struct {
@@ -204,6 +208,9 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	if onlyDeploy {
 		return append(results, c.storyDeploymentAppliedWhole(ctx), c.storyOperatorSwitch(ctx)), nil
 	}
+	if onlyStartupTaint {
+		return append(results, c.storyStartupTaint(ctx)), nil
+	}
 	results = append(results, c.storiesWithLivePods(ctx)...)
 	gate, figures := c.storyGateOnPodIP(ctx, gatePods)
 	results = append(results, gate)
@@ -215,6 +222,7 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	results = append(results, readiness)
 	nodeBound, nodeBoundFigures := c.storyNodeBound(ctx)
 	results = append(results, nodeBound, c.storyIdentityBound(ctx))
+	results = append(results, c.storyStartupTaint(ctx))
 	// Last: it replaces the driver process of the other stories by the set's DaemonSet, which
 	// story 14 then restarts with the operator's switch.
 	results = append(results, c.storyDeploymentAppliedWhole(ctx), c.storyOperatorSwitch(ctx))

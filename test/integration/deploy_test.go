@@ -56,7 +56,8 @@ import (
 // PrometheusRule are left out: their CRDs belong to the Prometheus operator (make e2e installs
 // them and applies the set whole); the deploy package's tests decode them and Prometheus's
 // parser parses the alerts' expressions. So is kustomize's local-config ConfigMap of kubelet's
-// root directory, which kustomize does not apply.
+// root directory, which kustomize does not apply. The objects of the component startup-taint
+// are accepted too.
 func TestDeployManifestsAccepted(t *testing.T) {
 	ctx := context.Background()
 	dyn := dynamic.NewForConfigOrDie(restConfig)
@@ -67,7 +68,9 @@ func TestDeployManifestsAccepted(t *testing.T) {
 	mapper := restmapper.NewDiscoveryRESTMapper(groups)
 	var objs []*unstructured.Unstructured
 	files, _ := filepath.Glob("../../examples/deploy/*.yaml")
-	for _, f := range files {
+	// The component startup-taint's objects too (its kustomization is a Component).
+	component, _ := filepath.Glob("../../examples/deploy/startup-taint/*.yaml")
+	for _, f := range append(files, component...) {
 		if filepath.Base(f) == "kustomization.yaml" {
 			continue
 		}

@@ -30,8 +30,9 @@ import (
 // (a unix:// CSI endpoint, as csi-driver's chart passes it), --data-root, --kubeconfig and
 // --metrics-bind-address. The rest are the example's own: --plugins-registry and
 // --kubelet-registration-path (registering with kubelet without node-driver-registrar),
-// --gate-on-pod-ip, --requeue-pods, --pod-condition, --issuer-kind, --issuer-name and
-// --issuer-group (csi-driver takes the issuer from each volume's attributes only).
+// --gate-on-pod-ip, --requeue-pods, --pod-condition, --remove-startup-taint, --issuer-kind,
+// --issuer-name and --issuer-group (csi-driver takes the issuer from each volume's attributes
+// only).
 func BindFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.DriverName, "driver-name", cfg.DriverName, "CSI driver name")
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "node ID: the node's name")
@@ -43,6 +44,7 @@ func BindFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.BoolVar(&cfg.GateOnPodIP, "gate-on-pod-ip", cfg.GateOnPodIP, "readiness gate: the pod has an IP (with ContinueOnNotReady)")
 	fs.BoolVar(&cfg.RequeuePods, "requeue-pods", cfg.RequeuePods, "call RequeuePod when a pod changes (the gate opens at once)")
 	fs.StringVar((*string)(&cfg.PodCondition), "pod-condition", string(cfg.PodCondition), "keep a pod condition of this type (manager.Options.PodCondition; empty: none)")
+	fs.BoolVar(&cfg.RemoveStartupTaint, "remove-startup-taint", cfg.RemoveStartupTaint, "remove the node's startup taint <driver-name>/agent-not-ready once kubelet has registered the driver (driver.Options.RemoveStartupTaint; its account needs examples/deploy/startup-taint)")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-bind-address", cfg.MetricsAddress, "serve /metrics on this address (host:port; empty: none)")
 	fs.StringVar(&cfg.Issuer.Kind, "issuer-kind", cfg.Issuer.Kind, "kind of the issuer of a volume that names none ("+IssuerKindAttribute+")")
 	fs.StringVar(&cfg.Issuer.Name, "issuer-name", cfg.Issuer.Name, "name of the issuer of a volume that names none ("+IssuerNameAttribute+")")

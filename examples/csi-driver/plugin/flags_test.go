@@ -31,15 +31,15 @@ func TestBindFlags(t *testing.T) {
 	fs.SetOutput(io.Discard)
 	BindFlags(fs, &cfg)
 	if err := fs.Parse([]string{"--node-id=node-a", "--pod-condition=csi.example.com/certificate-ready", "--issuer-name=other", "--gate-on-pod-ip",
-		"--kubelet-registration-path=/host/csi.sock", "--endpoint=unix:///plugin/csi.sock", "--metrics-bind-address=0.0.0.0:9402"}); err != nil {
+		"--kubelet-registration-path=/host/csi.sock", "--endpoint=unix:///plugin/csi.sock", "--metrics-bind-address=0.0.0.0:9402", "--remove-startup-taint"}); err != nil {
 		t.Fatal(err)
 	}
 	want := Config{DriverName: "csi.example.com", NodeID: "node-a", PodCondition: "csi.example.com/certificate-ready", GateOnPodIP: true,
-		KubeletRegistrationPath: "/host/csi.sock", CSISocket: "/plugin/csi.sock", MetricsAddress: "0.0.0.0:9402",
+		KubeletRegistrationPath: "/host/csi.sock", CSISocket: "/plugin/csi.sock", MetricsAddress: "0.0.0.0:9402", RemoveStartupTaint: true,
 		Issuer: cmmeta.IssuerReference{Kind: "ClusterIssuer", Name: "other", Group: "cert-manager.io"}}
 	if cfg.DriverName != want.DriverName || cfg.NodeID != want.NodeID || cfg.PodCondition != want.PodCondition || cfg.GateOnPodIP != want.GateOnPodIP ||
 		cfg.KubeletRegistrationPath != want.KubeletRegistrationPath || cfg.CSISocket != want.CSISocket || cfg.MetricsAddress != want.MetricsAddress ||
-		cfg.Issuer != want.Issuer {
+		cfg.Issuer != want.Issuer || cfg.RemoveStartupTaint != want.RemoveStartupTaint {
 		t.Errorf("flags gave %+v, want %+v", cfg, want)
 	}
 }

@@ -145,6 +145,13 @@ type Config struct {
 	// Issuer is the issuer of a volume's requests unless its attributes name another
 	// (IssuerKindAttribute, IssuerNameAttribute).
 	Issuer cmmeta.IssuerReference
+	// RemoveStartupTaint removes the node's startup taint <DriverName>/agent-not-ready once
+	// kubelet has registered the driver (driver.Options.RemoveStartupTaint, with the driver's
+	// client and metrics), the node being NodeID.
+	RemoveStartupTaint bool
+	// StartupTaintWatchWindow, with RemoveStartupTaint, is how long the node is watched for the
+	// taint once the driver is registered. Zero: driver.DefaultStartupTaintWatchWindow.
+	StartupTaintWatchWindow time.Duration
 
 	// Mounter and PlainDirectory are for running without root, which may not mount: a mounter
 	// that records mounts (mount.NewFakeMounter), and volumes in a plain directory instead of
@@ -193,6 +200,11 @@ func (c Config) validate() error {
 	}
 	if c.CSISocket == "" {
 		errs = append(errs, errors.New("the CSI socket's path is empty"))
+	}
+	if c.RemoveStartupTaint && c.DriverName != "" {
+		if _, err := driver.StartupTaintKey(c.DriverName); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("invalid driver configuration: %w", err)
@@ -334,10 +346,14 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	}()
 	podFactory.WaitForCacheSync(ctx.Done())
 
-	d, err := driver.New(ctx, "unix://"+cfg.CSISocket, log.WithName("csi"), driver.Options{
+	dopts := driver.Options{
 		DriverName: cfg.DriverName, DriverVersion: Version, NodeID: cfg.NodeID,
 		Store: store, Manager: m, Mounter: mounter, ContinueOnNotReady: cfg.GateOnPodIP,
-	})
+	}
+	if cfg.RemoveStartupTaint {
+		dopts.RemoveStartupTaint = &driver.StartupTaintOptions{Nodes: kube.CoreV1(), CSINodes: kube.StorageV1(), WatchWindow: cfg.StartupTaintWatchWindow, Metrics: met}
+	}
+	d, err := driver.New(ctx, "unix://"+cfg.CSISocket, log.WithName("csi"), dopts)
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{Config{DataRoot: root, DriverName: "csi.example.com", CSISocket: "/csi.sock"}, []string{"node ID"}},
 		{Config{DataRoot: root, NodeID: "node-a", CSISocket: "/csi.sock"}, []string{"driver name"}},
 		{Config{DataRoot: root, DriverName: "csi.example.com", NodeID: "node-a"}, []string{"CSI socket"}},
+		{Config{DataRoot: root, DriverName: "Example_Driver", NodeID: "node-a", CSISocket: "/csi.sock", RemoveStartupTaint: true}, []string{"valid taint key"}},
 	} {
 		err := Run(context.Background(), testr.New(t), tc.cfg)
 		if err == nil {

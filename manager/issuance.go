@@ -28,11 +28,11 @@ import (
 	"github.com/cert-manager/csi-lib/storage"
 )
 
-// issuer makes issuance attempts. It is given what an attempt uses and nothing more: the
-// clock, the metadata store, the driver's functions and the limits on requests, the node's
-// requests, the pending keys and admission; it reports every outcome to the board. The Manager
-// embeds it; the loops share it.
-type issuer struct {
+// issuance is what an issuance attempt uses, and nothing more: the clock, the metadata store,
+// the driver's functions and the limits on requests, the node's requests, the pending keys,
+// admission, and the status it reports every outcome to. The Manager's publishes and the loops
+// share it.
+type issuance struct {
 	log    logr.Logger
 	clock  clock.Clock
 	store  storage.MetadataReader
@@ -45,7 +45,7 @@ type issuer struct {
 	requests  *certrequests.View
 	keys      *pendingkeys.Keys
 	admission *admission.Limits
-	board     *board
+	status    *status
 	// outage tells the loops when an apiserver they could not reach is back; nil with
 	// Options.DisableOutageProbe.
 	outage *outage.Outage
