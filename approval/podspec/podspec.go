@@ -238,7 +238,10 @@ func difference(got asked.Asked, wants []volumeAsked, podName string) string {
 				n++
 			}
 		}
-		if fewest < 0 || n < fewest {
+		if !asked.DurationWithin(got.Duration, w.Duration) {
+			n++
+		}
+		if fewest < 0 || n < fewest { // a tie: the first in the pod's order
 			nearest, fewest = w, n
 		}
 	}
