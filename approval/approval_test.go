@@ -41,14 +41,22 @@ func named(node, ns, name, uid string) map[string]string {
 		PodNamespaceAnnotationKey: ns,
 		PodNameAnnotationKey:      name,
 		PodUIDAnnotationKey:       uid,
-		"driver.example.com/x":    "kept",
+		// Every pod() runs as "default".
+		PodServiceAccountAnnotationKey: "default",
+		"driver.example.com/x":         "kept",
 	}
+}
+
+// without is annotations with key removed.
+func without(annotations map[string]string, key string) map[string]string {
+	delete(annotations, key)
+	return annotations
 }
 
 func pod(ns, name, uid, node string, change func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)},
-		Spec:       corev1.PodSpec{NodeName: node},
+		Spec:       corev1.PodSpec{NodeName: node, ServiceAccountName: "default"},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 	if change != nil {
@@ -104,6 +112,17 @@ func TestCheck(t *testing.T) {
 			pods(nil, pod("ns", "app", "", "node-a", nil)), false, "the request has no csi.cert-manager.io/pod-uid annotation"},
 		{"owned by another pod", request(named("node-a", "ns", "app", "u1"), podRef("other", "u9")),
 			pods(nil, pod("ns", "app", "u1", "node-a", nil)), false, "the request's owner is pod other (uid u9), not the pod it names (uid u1)"},
+		{"a request made before the library named the service account", request(without(named("node-a", "ns", "app", "u1"), PodServiceAccountAnnotationKey)),
+			pods(nil, pod("ns", "app", "u1", "node-a", nil)), false,
+			"the request names no service account (no csi.cert-manager.io/pod-service-account annotation: made before the library named the pod's identity), so it is not bound to the identity of pod ns/app"},
+		{"a pod of another service account", request(named("node-a", "ns", "app", "u1")),
+			pods(nil, pod("ns", "app", "u1", "node-a", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "admin" })), false, `pod ns/app runs as service account "admin", not "default"`},
+		{"a pending pod", request(named("node-a", "ns", "app", "u1")),
+			pods(nil, pod("ns", "app", "u1", "node-a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending })), true, ""},
+		{"a failed pod", request(named("node-a", "ns", "app", "u1")),
+			pods(nil, pod("ns", "app", "u1", "node-a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed })), false, "pod ns/app has finished (Failed)"},
+		{"a pod in phase Unknown", request(named("node-a", "ns", "app", "u1")),
+			pods(nil, pod("ns", "app", "u1", "node-a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodUnknown })), false, `pod ns/app is in phase "Unknown", neither Pending nor Running`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, err := Check(context.Background(), tc.req, tc.get)
@@ -128,14 +147,24 @@ func TestCheckWithoutAnAnswer(t *testing.T) {
 }
 
 func TestClaimOf(t *testing.T) {
-	c, err := ClaimOf(request(named("node-a", "ns", "app", "u1")))
+	a := named("node-a", "ns", "app", "u1")
+	a[PodServiceAccountUIDAnnotationKey] = "sa-uid"
+	c, err := ClaimOf(request(a))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c != (Claim{NodeName: "node-a", PodNamespace: "ns", PodName: "app", PodUID: "u1"}) {
+	if c != (Claim{NodeName: "node-a", PodNamespace: "ns", PodName: "app", PodUID: "u1", ServiceAccountName: "default", ServiceAccountUID: "sa-uid"}) {
 		t.Errorf("ClaimOf = %+v", c)
 	}
-	if got, want := c.String(), "pod ns/app (uid u1) on node node-a"; got != want {
+	if got, want := c.String(), "pod ns/app (uid u1, service account default) on node node-a"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	// A request made before the library named the service account still parses.
+	old, err := ClaimOf(request(without(named("node-a", "ns", "app", "u1"), PodServiceAccountAnnotationKey)))
+	if err != nil || old != (Claim{NodeName: "node-a", PodNamespace: "ns", PodName: "app", PodUID: "u1"}) {
+		t.Errorf("ClaimOf an older request = %+v, %v", old, err)
+	}
+	if got, want := old.String(), "pod ns/app (uid u1) on node node-a"; got != want {
 		t.Errorf("String = %q, want %q", got, want)
 	}
 }

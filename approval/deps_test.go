@@ -40,3 +40,15 @@ func TestImportsStayLight(t *testing.T) {
 	}
 	t.Logf("approval depends on %d packages", len(deps))
 }
+
+// TestPodSpecImportsStayLight: the pod-spec rule names metadata.Metadata, which brings the CSI
+// spec's gRPC types, and nothing more of a driver: no client, no manager, no metrics.
+func TestPodSpecImportsStayLight(t *testing.T) {
+	for _, pkg := range testkit.Deps(t, true, "github.com/cert-manager/csi-lib/approval/podspec") {
+		for _, heavy := range []string{"k8s.io/client-go", "github.com/prometheus", "github.com/cert-manager/csi-lib/manager", "github.com/cert-manager/csi-lib/driver"} {
+			if strings.HasPrefix(pkg, heavy) {
+				t.Errorf("approval/podspec depends on %s", pkg)
+			}
+		}
+	}
+}

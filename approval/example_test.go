@@ -32,7 +32,8 @@ import (
 func ExampleCheck() {
 	pods := map[string]*corev1.Pod{"apps/web": {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web", UID: "1f7c"},
-		Spec:       corev1.PodSpec{NodeName: "node-a"},
+		Spec:       corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "web"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}}
 	// In an approver: a client's or a lister's Get, returning a NotFound error for no pod.
 	getPod := func(_ context.Context, namespace, name string) (*corev1.Pod, error) {
@@ -40,10 +41,11 @@ func ExampleCheck() {
 	}
 	for _, node := range []string{"node-a", "node-b"} {
 		req := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-			approval.NodeNameAnnotationKey:     node,
-			approval.PodNamespaceAnnotationKey: "apps",
-			approval.PodNameAnnotationKey:      "web",
-			approval.PodUIDAnnotationKey:       "1f7c",
+			approval.NodeNameAnnotationKey:          node,
+			approval.PodNamespaceAnnotationKey:      "apps",
+			approval.PodNameAnnotationKey:           "web",
+			approval.PodUIDAnnotationKey:            "1f7c",
+			approval.PodServiceAccountAnnotationKey: "web",
 		}}}
 		verdict, err := approval.Check(context.Background(), req, getPod)
 		if err != nil {

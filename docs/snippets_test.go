@@ -84,6 +84,7 @@ var snippetImports = map[string]string{
 	"metav1":      "k8s.io/apimachinery/pkg/apis/meta/v1",
 	"metrics":     "github.com/cert-manager/csi-lib/metrics",
 	"podcert":     "github.com/cert-manager/csi-lib/podcert",
+	"podspec":     "github.com/cert-manager/csi-lib/approval/podspec",
 	"prometheus":  "github.com/prometheus/client_golang/prometheus",
 	"record":      "k8s.io/client-go/tools/record",
 	"rest":        "k8s.io/client-go/rest",

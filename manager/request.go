@@ -85,10 +85,11 @@ func (b requestBuilder) build(meta metadata.Metadata, bundle *CertificateRequest
 
 // originAnnotations returns a copy of the bundle's annotations with the request's origin added,
 // so that the apiserver (examples/deploy/node-bound-policy.yaml) and an approver (package
-// approval) can check it: this node's name, and the pod's namespace, name and UID from the volume
-// context (each only when the context has it). A bundle may set one of these keys only to the
-// same value: a request naming another node or pod than its own is refused here, before anything
-// is created. Without annotateOrigin it returns the copy alone.
+// approval) can check it: this node's name, and the pod's namespace, name, UID and service
+// account (its UID read from the pod's token) from the volume context (each only when there). A
+// bundle may set one of these keys only to the same value: a request naming another node or pod
+// than its own is refused here, before anything is created. Without annotateOrigin it returns
+// the copy alone.
 func (b requestBuilder) originAnnotations(meta metadata.Metadata, fromBundle map[string]string) (map[string]string, error) {
 	annotations := make(map[string]string, len(fromBundle)+4)
 	for k, v := range fromBundle {
@@ -102,6 +103,8 @@ func (b requestBuilder) originAnnotations(meta metadata.Metadata, fromBundle map
 		{approval.PodNamespaceAnnotationKey, meta.VolumeContext[metadata.PodNamespaceVolumeContextKey]},
 		{approval.PodNameAnnotationKey, meta.VolumeContext[metadata.PodNameVolumeContextKey]},
 		{approval.PodUIDAnnotationKey, meta.VolumeContext[metadata.PodUIDVolumeContextKey]},
+		{approval.PodServiceAccountAnnotationKey, meta.VolumeContext[metadata.ServiceAccountNameVolumeContextKey]},
+		{approval.PodServiceAccountUIDAnnotationKey, approval.ServiceAccountUIDOf(meta.VolumeContext)},
 	} {
 		if origin.value == "" {
 			continue

@@ -34,14 +34,15 @@ import (
 // service-account tokens. Its value is a secret: it is never logged.
 const SATokenVolumeContextKey = "csi.storage.k8s.io/serviceAccount.tokens"
 
-// Volume-context keys kubelet sets on a NodePublishVolume request: the pod's name, namespace
-// and UID (with the CSIDriver object's podInfoOnMount) and whether the volume is a CSI inline
-// ephemeral volume.
+// Volume-context keys kubelet sets on a NodePublishVolume request: the pod's name, namespace,
+// UID and service account name (with the CSIDriver object's podInfoOnMount) and whether the
+// volume is a CSI inline ephemeral volume.
 const (
-	PodNameVolumeContextKey      = "csi.storage.k8s.io/pod.name"
-	PodNamespaceVolumeContextKey = "csi.storage.k8s.io/pod.namespace"
-	PodUIDVolumeContextKey       = "csi.storage.k8s.io/pod.uid"
-	EphemeralVolumeContextKey    = "csi.storage.k8s.io/ephemeral"
+	PodNameVolumeContextKey            = "csi.storage.k8s.io/pod.name"
+	PodNamespaceVolumeContextKey       = "csi.storage.k8s.io/pod.namespace"
+	PodUIDVolumeContextKey             = "csi.storage.k8s.io/pod.uid"
+	ServiceAccountNameVolumeContextKey = "csi.storage.k8s.io/serviceAccount.name"
+	EphemeralVolumeContextKey          = "csi.storage.k8s.io/ephemeral"
 )
 
 // Metadata is the persisted state of one volume.

@@ -36,6 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cert-manager/csi-lib/examples/approver/controller"
 	"github.com/cert-manager/csi-lib/examples/csi-driver/plugin"
 	"github.com/cert-manager/csi-lib/test/testkit/manifests"
 )
@@ -214,6 +215,33 @@ func TestSetIsConsistent(t *testing.T) {
 	}
 	if issuer, _ := flagValue(approverArgs, "issuer"); issuer != kind+"/"+name {
 		t.Errorf("the approver serves --issuer=%s, the driver requests from %s/%s", issuer, kind, name)
+	}
+
+	// The approver's rules: its arguments are its flags; its pod-spec rule reads the driver's
+	// volumes with the driver's default issuer; the node-bound policy lets the driver name the
+	// approver's issuers alone.
+	approverFlags := flag.NewFlagSet("approver", flag.ContinueOnError)
+	approverFlags.SetOutput(io.Discard)
+	approverCfg := controller.DefaultConfig()
+	controller.BindFlags(approverFlags, &approverCfg)
+	if err := approverFlags.Parse(approverArgs); err != nil || approverFlags.NArg() != 0 {
+		t.Errorf("the approver's arguments %v are not its flags: %v", approverArgs, err)
+	}
+	if _, err := approverCfg.PodRules(); err != nil || !slices.Contains(approverCfg.Rules, controller.RulePodSpec) {
+		t.Errorf("the approver runs rules %v (%v), want the pod-spec rule among them", approverCfg.Rules, err)
+	}
+	if approverCfg.DriverName != s.csiDriver.Name || approverCfg.DriverIssuer.Kind != kind || approverCfg.DriverIssuer.Name != name {
+		t.Errorf("the approver's pod-spec rule reads driver %s with default issuer %+v; the driver is %s with %s/%s",
+			approverCfg.DriverName, approverCfg.DriverIssuer, s.csiDriver.Name, kind, name)
+	}
+	var issuers []string
+	for _, ref := range approverCfg.Issuers {
+		issuers = append(issuers, ref.Kind+"/"+ref.Name)
+	}
+	if policy := s.policies["csi-certificate-node-bound"]; policy == nil || !slices.ContainsFunc(policy.Spec.Variables, func(v admissionv1.Variable) bool {
+		return v.Name == "issuers" && v.Expression == `["`+strings.Join(issuers, `", "`)+`"]`
+	}) {
+		t.Errorf("the node-bound policy's issuers are not the approver's %v", issuers)
 	}
 	signer := strings.ToLower(kind) + "s.cert-manager.io/" + name
 	if !slices.ContainsFunc(s.clusterRoles["csi-approver"].Rules, func(r rbacv1.PolicyRule) bool {

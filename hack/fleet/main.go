@@ -28,6 +28,10 @@ limitations under the License.
 // Then every node of the largest fleet restarts at once with every volume past due, twice:
 // without admission limits, and with MaxConcurrentIssuances and IssuanceRateLimit set; the peak
 // of CertificateRequest creates per second cluster-wide is read from /metrics every 250 ms.
+//
+// Before the fleets, the example approver (examples/approver) decides 1,000 pending requests of
+// 1,000 pods, with and without its pod cache: decisions per second, and the apiserver reads its
+// clients make per decision.
 package main
 
 import (
@@ -90,6 +94,8 @@ func main() {
 	accessInFlight := flag.Int("access-in-flight", 50, "reviews in flight at once in the access check's measurement")
 	onlyAccess := flag.Bool("only-access", false, "measure the access check and the outage calls alone")
 	outageCalls := flag.Int("outage-calls", 2000, "calls of each kind in the outage calls' measurement (0: skip it)")
+	approverRequests := flag.Int("approver-requests", 1000, "pending requests the example approver decides in its measurement (0: skip it)")
+	onlyApprover := flag.Bool("only-approver", false, "measure the example approver alone")
 	flag.Parse()
 	var fs []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -99,9 +105,12 @@ func main() {
 	}
 	limited := manager.Options{MaxConcurrentIssuances: *capFlag, IssuanceRateLimit: &manager.RateLimit{PerSecond: *rate, Burst: *burst}}
 	if *onlyAccess {
-		fs = nil
+		fs, *approverRequests = nil, 0
 	}
-	if err := run(fs, *volumes, limited, *accessNodes, *accessInFlight, *outageCalls); err != nil {
+	if *onlyApprover {
+		fs, *accessNodes, *outageCalls = nil, 0, 0
+	}
+	if err := run(fs, *volumes, limited, *accessNodes, *accessInFlight, *outageCalls, *approverRequests); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}
@@ -130,7 +139,7 @@ type bench struct {
 	watchEnds atomic.Int64
 }
 
-func run(sizes []int, v int, limited manager.Options, accessNodes, accessInFlight, outageCalls int) error {
+func run(sizes []int, v int, limited manager.Options, accessNodes, accessInFlight, outageCalls, approverRequests int) error {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: run it with `make bench`")
 	}
@@ -176,6 +185,17 @@ func run(sizes []int, v int, limited manager.Options, accessNodes, accessInFligh
 			return err
 		}
 		printCallCosts(costs)
+	}
+	if approverRequests > 0 {
+		results, err := b.approverCost(ctx, approverRequests, []approverRun{
+			{name: "pod cache, no client-side limit", podCache: true, qps: -1},
+			{name: "no pod cache (a GET each), no client-side limit", podCache: false, qps: -1},
+			{name: "pod cache, the approver's default 50/s burst 100", podCache: true, qps: 50, burst: 100},
+		})
+		if err != nil {
+			return err
+		}
+		printApprover(results)
 	}
 	if len(sizes) == 0 {
 		return nil

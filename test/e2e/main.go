@@ -221,7 +221,7 @@ func run(ctx context.Context, bins string, keep bool) (results []result, err err
 	readiness, readinessFigures := c.storyReadiness(ctx, gatePods)
 	results = append(results, readiness)
 	nodeBound, nodeBoundFigures := c.storyNodeBound(ctx)
-	results = append(results, nodeBound)
+	results = append(results, nodeBound, c.storyIdentityBound(ctx))
 	results = append(results, c.storyStartupTaint(ctx))
 	// Last: it replaces the driver process of the other stories by the set's DaemonSet, which
 	// story 14 then restarts with the operator's switch.

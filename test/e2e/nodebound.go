@@ -200,6 +200,10 @@ func (c *cluster) useNodeBoundApproval(ctx context.Context) (restore func(), err
 		case *corev1.ServiceAccount:
 			sa = o
 		case *admissionv1.ValidatingAdmissionPolicy:
+			// The driver's requests may name the stories' issuers, which the approver decides.
+			if err := setPolicyIssuers(o, "Issuer/"+issuerName, "ClusterIssuer/"+clusterIssuerName); err != nil {
+				return restore, err
+			}
 			undo = append(undo, func() {
 				_ = c.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.Background(), o.Name, metav1.DeleteOptions{})
 			})
@@ -222,8 +226,11 @@ func (c *cluster) useNodeBoundApproval(ctx context.Context) (restore func(), err
 	if err := writeTokenKubeconfig(ctx, c.kube, c.kubeconfig, kubeconfig, sa, nodeName); err != nil {
 		return restore, err
 	}
+	// Its pod-spec rule calls the stories' driver's generator (the example's, with the Issuer as
+	// the default issuer).
 	if err := c.n.startProcess("approver", filepath.Join(c.binDir, "approver"), "--kubeconfig", kubeconfig,
-		"--issuer", "Issuer/"+issuerName, "--issuer", "ClusterIssuer/"+clusterIssuerName, "--common-name-is-pod-name"); err != nil {
+		"--issuer", "Issuer/"+issuerName, "--issuer", "ClusterIssuer/"+clusterIssuerName,
+		"--rules=pod-spec", "--driver-name="+driverName, "--driver-issuer=Issuer/"+issuerName); err != nil {
 		return restore, err
 	}
 	undo = append(undo, func() {
@@ -340,6 +347,7 @@ func (a *attacker) create(ctx context.Context, node string, pod *corev1.Pod) (*c
 			req.Annotations[approval.PodNamespaceAnnotationKey] = pod.Namespace
 			req.Annotations[approval.PodNameAnnotationKey] = pod.Name
 			req.Annotations[approval.PodUIDAnnotationKey] = string(pod.UID)
+			req.Annotations[approval.PodServiceAccountAnnotationKey] = pod.Spec.ServiceAccountName
 		}
 	}
 	created, err := a.cm.CertmanagerV1().CertificateRequests(namespace).Create(ctx, req, metav1.CreateOptions{})
@@ -399,6 +407,18 @@ func (a *attacker) tryFor(ctx context.Context, pod *corev1.Pod) (refused, denied
 		}
 	}
 	return refused, denied, nil
+}
+
+// setPolicyIssuers sets the node-bound policy's issuers variable: the issuers the driver's
+// requests may name.
+func setPolicyIssuers(policy *admissionv1.ValidatingAdmissionPolicy, issuers ...string) error {
+	for i, v := range policy.Spec.Variables {
+		if v.Name == "issuers" {
+			policy.Spec.Variables[i].Expression = `["` + strings.Join(issuers, `", "`) + `"]`
+			return nil
+		}
+	}
+	return fmt.Errorf("policy %s has no issuers variable", policy.Name)
 }
 
 // printNodeBoundFigures prints story 12's table.

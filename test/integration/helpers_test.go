@@ -213,6 +213,8 @@ func publishRequest(t *testing.T, pod *corev1.Pod, volumeID string) *csi.NodePub
 			"csi.storage.k8s.io/pod.name":      pod.Name,
 			"csi.storage.k8s.io/pod.namespace": pod.Namespace,
 			"csi.storage.k8s.io/pod.uid":       string(pod.UID),
+			// kubelet sends the pod's service account name, empty or not.
+			"csi.storage.k8s.io/serviceAccount.name": pod.Spec.ServiceAccountName,
 		},
 	}
 }

@@ -21,6 +21,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,10 @@ import (
 	"github.com/cert-manager/csi-lib/manager"
 	tokenutil "github.com/cert-manager/csi-lib/manager/util"
 )
+
+// policyIssuers is the issuers variable of examples/deploy/node-bound-policy.yaml, which a test
+// replaces with its own issuers.
+const policyIssuers = `'["ClusterIssuer/csi-ca"]'`
 
 // runApprover runs the example approver (examples/approver) with the administrator's clients
 // until the test ends.
@@ -178,7 +183,7 @@ func TestNodeBoundIssuance(t *testing.T) {
 	startCertManager(t, caController, issuersController) // no approver of its own
 	ca := readyCAIssuer(t, appNS)
 	runApprover(t)
-	applyPolicy(t, "node-bound-policy.yaml", "system:serviceaccount:"+driverNS+":csi-driver")
+	applyPolicy(t, "node-bound-policy.yaml", "system:serviceaccount:"+driverNS+":csi-driver", policyIssuers, `'["Issuer/test-ca"]'`)
 
 	// The policy is in force once it refuses node B's driver a request that names node A.
 	forged := &cmapi.CertificateRequest{
@@ -188,14 +193,14 @@ func TestNodeBoundIssuance(t *testing.T) {
 		}},
 		Spec: cmapi.CertificateRequestSpec{Request: []byte("not a CSR"), IssuerRef: cmmeta.IssuerReference{Name: "test-ca"}},
 	}
+	// Its answer, not a policy of an earlier test's that the apiserver has not yet dropped: the
+	// deletion comes before the creation in the stream the apiserver reads them from.
 	var refused error
+	want := `the driver's token is bound to node node-b, but the request names node "node-a"`
 	poll(t, "the policy to refuse node B's driver a request naming node A", func() bool {
-		_, refused = asDriverB.CertmanagerV1().CertificateRequests(appNS).Create(ctx, forged, metav1.CreateOptions{})
-		return refused != nil
+		_, refused = asDriverB.CertmanagerV1().CertificateRequests(appNS).Create(ctx, forged, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return refused != nil && strings.Contains(refused.Error(), want)
 	})
-	if want := `the driver's token is bound to node node-b, but the request names node "node-a"`; !strings.Contains(refused.Error(), want) {
-		t.Fatalf("refused with %v, want %q", refused, want)
-	}
 	delete(forged.Annotations, approval.NodeNameAnnotationKey)
 	if _, err := asDriverB.CertmanagerV1().CertificateRequests(appNS).Create(ctx, forged, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), `names node ""`) {
 		t.Errorf("a request of the driver naming no node: %v, want the policy's refusal", err)
@@ -284,6 +289,34 @@ func TestNodeBoundIssuance(t *testing.T) {
 		t.Fatalf("app-a's publish with its own token: %v", err)
 	}
 	verifyVolume(t, podTokens, "a-own-token", ca, time.Now())
+	// The request names the pod's service account and its UID, read from the pod's token.
+	sa, err := kube.CoreV1().ServiceAccounts(appNS).Get(ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := requestOfVolume(t, appNS, "a-own-token")
+	if claim, err := approval.ClaimOf(own); err != nil || claim.ServiceAccountName != "app" || claim.ServiceAccountUID != sa.UID {
+		t.Errorf("the request made with the pod's token claims %+v (%v), want service account app, uid %s", claim, err, sa.UID)
+	}
+	// With the pod's token, a request naming another service account, or another UID, is refused
+	// (dry runs: admission runs, nothing is stored).
+	asAppA := withToken(tokenA)
+	for key, value := range map[string]string{
+		approval.PodServiceAccountAnnotationKey:    "admin",
+		approval.PodServiceAccountUIDAnnotationKey: "another-uid",
+	} {
+		forgedSA := own.DeepCopy()
+		forgedSA.ObjectMeta = metav1.ObjectMeta{GenerateName: "forged-sa-", Namespace: appNS, Labels: own.Labels, Annotations: maps.Clone(own.Annotations), OwnerReferences: own.OwnerReferences}
+		forgedSA.Annotations[key] = value
+		forgedSA.Status = cmapi.CertificateRequestStatus{}
+		want := map[string]string{
+			approval.PodServiceAccountAnnotationKey:    "must name that pod's service account: the token is system:serviceaccount:" + appNS + ":app, the request names system:serviceaccount:" + appNS + ":admin",
+			approval.PodServiceAccountUIDAnnotationKey: "must name that service account's UID: the token's is " + string(sa.UID),
+		}[key]
+		if _, err := asAppA.CertmanagerV1().CertificateRequests(appNS).Create(ctx, forgedSA, dryRun); err == nil || !strings.Contains(err.Error(), want) || celError(err) {
+			t.Errorf("app-a's token, %s=%s: %v, want the policy's refusal %q", key, value, err, want)
+		}
+	}
 	err = publish(podTokens, appA2, "a2-with-a-token", tokenA)
 	if status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "a request created with a pod's token must name that pod: the token is bound to pod uid "+string(appA.UID)) {
 		t.Errorf("app-a's token used for app-a2: %v, want the policy's refusal", err)

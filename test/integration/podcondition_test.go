@@ -43,14 +43,21 @@ import (
 const certificateReady = corev1.PodConditionType("csi.example.com/certificate-ready")
 
 // applyPolicy creates a documented admission policy and its binding (file, in examples/deploy)
-// for the given service account in place of the example's, and removes them when the test ends.
-func applyPolicy(t *testing.T, file, username string) {
+// for the given service account in place of the example's, each pair of replace (old, new) put
+// in too, and removes them when the test ends.
+func applyPolicy(t *testing.T, file, username string, replace ...string) {
 	t.Helper()
 	raw, err := os.ReadFile("../../examples/deploy/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := strings.ReplaceAll(string(raw), "system:serviceaccount:csi-driver:csi-driver", username)
+	for i := 0; i+1 < len(replace); i += 2 {
+		if !strings.Contains(text, replace[i]) {
+			t.Fatalf("%s has no %q to replace", file, replace[i])
+		}
+		text = strings.ReplaceAll(text, replace[i], replace[i+1])
+	}
 	docs := strings.Split(text, "\n---\n")
 	if len(docs) != 2 {
 		t.Fatalf("%s has %d documents, want the policy and its binding", file, len(docs))

@@ -16,7 +16,8 @@ limitations under the License.
 
 // Package controller is the example approver's loop: it watches the CertificateRequests that
 // csi-lib created (those with its node-id-hash label) for the issuers it serves, and approves or
-// denies each undecided one by the library's approval check, through the status subresource, as
+// denies each undecided one by the library's approval check and the rules it is configured with
+// (Config, BindFlags: the pod-spec rule, the SPIFFE rule), through the status subresource, as
 // cert-manager's own approvers do.
 package controller
 
@@ -38,7 +39,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -55,9 +58,14 @@ const nodeIDHashLabelKey = "csi.cert-manager.io/node-id-hash"
 type Options struct {
 	// CertManager watches the requests and writes their conditions.
 	CertManager cmclient.Interface
-	// Kube reads the pods the requests name, from the apiserver (never a cache: a request for a
-	// pod just created must not be denied because a cache has not caught up).
+	// Kube reads the pods the requests name: from the apiserver, or from a cache with PodCache.
 	Kube kubernetes.Interface
+	// PodCache reads pods from an informer's cache of every pod (list and watch), and from the
+	// apiserver only when the cache has no pod of the request's name and UID: a request for a
+	// pod just created is not denied because the cache has not caught up. A pod that has
+	// finished or is terminating may be seen Running for as long as the watch lags behind (the
+	// same race as a pod that finishes between a read and the approval, made longer).
+	PodCache bool
 	// Issuers are the issuers whose requests this approver decides; empty: every request csi-lib
 	// created. Group defaults to cert-manager.io, Kind to Issuer, as cert-manager reads them.
 	Issuers []cmmeta.IssuerReference
@@ -74,8 +82,9 @@ type Controller struct {
 	opts   Options
 	queue  workqueue.TypedRateLimitingInterface[string]
 	lister cmlisters.CertificateRequestLister
-	synced cache.InformerSynced
-	run    func(stop <-chan struct{})
+	synced []cache.InformerSynced
+	run    []func(stop <-chan struct{})
+	pods   corev1listers.PodLister // nil without PodCache
 }
 
 // New sets up the controller's informer; Run starts it.
@@ -96,8 +105,14 @@ func New(opts Options) (*Controller, error) {
 		opts:   opts,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		lister: informer.Lister(),
-		synced: informer.Informer().HasSynced,
-		run:    informer.Informer().Run,
+		synced: []cache.InformerSynced{informer.Informer().HasSynced},
+		run:    []func(<-chan struct{}){informer.Informer().Run},
+	}
+	if opts.PodCache {
+		pods := informers.NewSharedInformerFactory(opts.Kube, 0).Core().V1().Pods()
+		c.pods = pods.Lister()
+		c.synced = append(c.synced, pods.Informer().HasSynced)
+		c.run = append(c.run, pods.Informer().Run)
 	}
 	enqueue := func(obj any) {
 		if req, ok := obj.(*cmapi.CertificateRequest); ok && c.serves(req) && undecided(req) {
@@ -118,15 +133,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer c.queue.ShutDown()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		c.run(ctx.Done())
-	}()
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+	for _, run := range c.run {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(ctx.Done())
+		}()
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return ctx.Err()
 	}
-	c.opts.Log.Info("Deciding csi-lib's CertificateRequests", "issuers", len(c.opts.Issuers), "workers", c.opts.Workers)
+	c.opts.Log.Info("Deciding csi-lib's CertificateRequests", "issuers", len(c.opts.Issuers), "rules", len(c.opts.Rules), "workers", c.opts.Workers, "pod_cache", c.opts.PodCache)
 	for range c.opts.Workers {
 		wg.Add(1)
 		go func() {
@@ -169,7 +186,13 @@ func (c *Controller) decide(ctx context.Context, key string) error {
 	if err != nil || !undecided(req) {
 		return err
 	}
+	claim, _ := approval.ClaimOf(req)
 	getPod := func(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+		if c.pods != nil {
+			if pod, err := c.pods.Pods(namespace).Get(name); err == nil && pod.UID == claim.PodUID {
+				return pod, nil
+			}
+		}
 		return c.opts.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	verdict, err := approval.Check(ctx, req, getPod, c.opts.Rules...)
@@ -183,9 +206,11 @@ func (c *Controller) decide(ctx context.Context, key string) error {
 		Reason:             Reason,
 		LastTransitionTime: &metav1.Time{Time: time.Now()},
 	}
-	claim, _ := approval.ClaimOf(req)
 	if verdict.Approve {
 		cond.Message = "approved: the request names " + claim.String() + ", which exists and is bound to that node"
+		if len(c.opts.Rules) > 0 {
+			cond.Message += ", and passes the approver's rules"
+		}
 	} else {
 		cond.Type = cmapi.CertificateRequestConditionDenied
 		cond.Message = "denied: " + verdict.Reason

@@ -25,6 +25,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"strings"
+	"sync"
 	"testing"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -58,6 +59,7 @@ func libraryRequest(t *testing.T, reqName, node, pod, uid, cn string, issuer cmm
 	return &cmapi.CertificateRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: reqName, Namespace: "ns", Labels: map[string]string{nodeIDHashLabelKey: "h"}, Annotations: map[string]string{
 			approval.NodeNameAnnotationKey: node, approval.PodNamespaceAnnotationKey: "ns", approval.PodNameAnnotationKey: pod, approval.PodUIDAnnotationKey: uid,
+			approval.PodServiceAccountAnnotationKey: "app",
 		}},
 		Spec: cmapi.CertificateRequestSpec{Request: csrFor(t, cn), IssuerRef: issuer},
 	}
@@ -80,20 +82,15 @@ func TestDecide(t *testing.T) {
 	)
 	kube := kubefake.NewSimpleClientset(&corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", UID: types.UID("u1")},
-		Spec:       corev1.PodSpec{NodeName: "node-a"},
+		Spec:       corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "app"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	})
 	c, err := New(Options{CertManager: cm, Kube: kube, Log: testr.New(t),
 		Issuers: []cmmeta.IssuerReference{{Name: "ca"}}, Rules: []approval.PodRule{CommonNameIsPodName}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	informerDone := make(chan struct{})
-	go func() { defer close(informerDone); c.run(ctx.Done()) }()
-	defer func() { cancel(); <-informerDone }()
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
-		t.Fatal("the informer did not sync")
-	}
+	ctx, _ := startInformers(t, c)
 
 	for _, name := range []string{"good", "wrong-node", "wrong-cn", "decided"} {
 		if err := c.decide(ctx, "ns/"+name); err != nil {
@@ -111,7 +108,7 @@ func TestDecide(t *testing.T) {
 		typ     cmapi.CertificateRequestConditionType
 		message string
 	}{
-		"good":       {cmapi.CertificateRequestConditionApproved, "approved: the request names pod ns/app (uid u1) on node node-a"},
+		"good":       {cmapi.CertificateRequestConditionApproved, "approved: the request names pod ns/app (uid u1, service account app) on node node-a"},
 		"wrong-node": {cmapi.CertificateRequestConditionDenied, "denied: pod ns/app is bound to node node-a, not to node-b"},
 		"wrong-cn":   {cmapi.CertificateRequestConditionDenied, `denied: the certificate request's common name is "someone-else", not the pod's name "app"`},
 	} {
@@ -125,5 +122,81 @@ func TestDecide(t *testing.T) {
 	}
 	if c.serves(get("other-issuer")) || !c.serves(get("good")) {
 		t.Error("the issuer filter: want ca served (group and kind defaulted), other not")
+	}
+}
+
+// startInformers runs the controller's informers until the test ends or stop is called, and
+// waits for their caches; the caches stay readable after.
+func startInformers(t *testing.T, c *Controller) (ctx context.Context, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range c.run {
+		wg.Add(1)
+		go func() { defer wg.Done(); run(ctx.Done()) }()
+	}
+	stop = func() { cancel(); wg.Wait() }
+	t.Cleanup(stop)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		t.Fatal("the informers did not sync")
+	}
+	return ctx, stop
+}
+
+// TestPodCache: with PodCache, a pod the cache holds with the request's UID is not read from the
+// apiserver; a pod the cache has not yet, or holds with another UID (deleted and created again
+// under its name), is.
+func TestPodCache(t *testing.T) {
+	ca := cmmeta.IssuerReference{Name: "ca", Kind: "Issuer"}
+	cm := cmfake.NewSimpleClientset(
+		libraryRequest(t, "cached", "node-a", "app", "u1", "app", ca),
+		libraryRequest(t, "new", "node-a", "new", "u2", "new", ca),
+		libraryRequest(t, "recreated", "node-a", "app", "u3", "app", ca),
+	)
+	running := func(name, uid string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid)},
+			Spec:       corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "app"},
+			Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+		}
+	}
+	kube := kubefake.NewSimpleClientset(running("app", "u1"))
+	c, err := New(Options{CertManager: cm, Kube: kube, Log: testr.New(t), PodCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stopInformers := startInformers(t, c)
+	stopInformers() // the caches stay as they are: what follows is not seen by them
+	ctx := context.Background()
+	gets := func() int {
+		n := 0
+		for _, a := range kube.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "pods" {
+				n++
+			}
+		}
+		return n
+	}
+	if err := c.decide(ctx, "ns/cached"); err != nil || gets() != 0 {
+		t.Fatalf("a cached pod: %v, %d reads from the apiserver", err, gets())
+	}
+	// A pod the cache does not hold, created after it stopped watching.
+	if err := kube.Tracker().Add(running("new", "u2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.decide(ctx, "ns/new"); err != nil || gets() != 1 {
+		t.Fatalf("a pod not yet cached: %v, %d reads", err, gets())
+	}
+	if err := c.decide(ctx, "ns/recreated"); err != nil || gets() != 2 {
+		t.Fatalf("a pod cached with another UID: %v, %d reads", err, gets())
+	}
+	for name, want := range map[string]cmapi.CertificateRequestConditionType{
+		"cached": cmapi.CertificateRequestConditionApproved, "new": cmapi.CertificateRequestConditionApproved,
+		"recreated": cmapi.CertificateRequestConditionDenied, // the apiserver's app has uid u1, not u3
+	} {
+		r, err := cm.CertmanagerV1().CertificateRequests("ns").Get(ctx, name, metav1.GetOptions{})
+		if err != nil || len(r.Status.Conditions) != 1 || r.Status.Conditions[0].Type != want {
+			t.Errorf("%s: %v, %+v; want %s", name, err, r.Status.Conditions, want)
+		}
 	}
 }

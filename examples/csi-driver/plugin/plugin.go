@@ -28,15 +28,12 @@ package plugin
 
 import (
 	"context"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"time"
 
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/go-logr/logr"
@@ -75,6 +72,14 @@ const (
 	// csi.cert-manager.io/renew-before): the driver persists its own renewal point (see
 	// keypairWriter).
 	RenewBeforeAttribute = "csi.example.com/renew-before"
+	// CommonNameAttribute is the subject's common name (as csi.cert-manager.io/common-name),
+	// with the variables of expandVariables; set and empty, the subject is empty (a SPIFFE
+	// volume's); without it, the pod's name.
+	CommonNameAttribute = "csi.example.com/common-name"
+	// DNSNamesAttribute and URISANsAttribute are the DNS and URI names, comma-separated, with
+	// the variables of expandVariables (as csi.cert-manager.io/dns-names and uri-sans).
+	DNSNamesAttribute = "csi.example.com/dns-names"
+	URISANsAttribute  = "csi.example.com/uri-sans"
 	// CredentialBundleAttribute asks for the credential bundle of Kubernetes pod certificates
 	// (the projection's credentialBundlePath: the key, then the chain, in one file) under the
 	// name it gives, beside tls.key, tls.crt and ca.crt (see keypairWriter). Without it the
@@ -291,7 +296,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		Log:                &mlog,
 		NodeID:             cfg.NodeID,
 		GeneratePrivateKey: generateKey,
-		GenerateRequest:    requestFor(cfg.Issuer),
+		GenerateRequest:    RequestFor(cfg.Issuer),
 		SignRequest:        signCSR,
 		WriteKeypair:       keypairWriter(store, written...),
 		ReadyToRequest:     gate,
@@ -381,35 +386,6 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		return stop()
 	case err := <-served:
 		return err
-	}
-}
-
-// requestFor returns the driver's GenerateRequest: a request for the pod's name as its common
-// name, in the pod's namespace, from the volume's issuer (else issuer), for the volume's
-// duration (else DefaultDuration).
-func requestFor(issuer cmmeta.IssuerReference) manager.GenerateRequestFunc {
-	return func(meta metadata.Metadata) (*manager.CertificateRequestBundle, error) {
-		ref := issuer
-		if kind := meta.VolumeContext[IssuerKindAttribute]; kind != "" {
-			ref.Kind = kind
-		}
-		if name := meta.VolumeContext[IssuerNameAttribute]; name != "" {
-			ref.Name = name
-		}
-		if ref.Name == "" {
-			return nil, fmt.Errorf("no issuer: the volume has no %s and the driver no default issuer", IssuerNameAttribute)
-		}
-		d, err := time.ParseDuration(meta.VolumeContext[DurationAttribute])
-		if err != nil {
-			d = DefaultDuration
-		}
-		return &manager.CertificateRequestBundle{
-			Request:   &x509.CertificateRequest{Subject: pkix.Name{CommonName: meta.VolumeContext[metadata.PodNameVolumeContextKey]}},
-			Namespace: meta.VolumeContext[metadata.PodNamespaceVolumeContextKey],
-			IssuerRef: ref,
-			Duration:  d,
-			Usages:    []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageServerAuth},
-		}, nil
 	}
 }
 

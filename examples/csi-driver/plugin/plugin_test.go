@@ -66,8 +66,9 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// TestRequestFor: the volume's attributes choose the issuer and the duration; without them, the
-// Config's issuer and DefaultDuration; without either issuer name, an error.
+// TestRequestFor: the volume's attributes choose the issuer, the duration and the names;
+// without them, the Config's issuer, DefaultDuration and the pod's name as common name; without
+// either issuer name, an error.
 func TestRequestFor(t *testing.T) {
 	def := cmmeta.IssuerReference{Kind: "ClusterIssuer", Name: "csi-ca", Group: "cert-manager.io"}
 	pod := map[string]string{metadata.PodNameVolumeContextKey: "app-0", metadata.PodNamespaceVolumeContextKey: "apps"}
@@ -82,7 +83,7 @@ func TestRequestFor(t *testing.T) {
 		return metadata.Metadata{VolumeID: "csi-1", VolumeContext: ctx}
 	}
 
-	b, err := requestFor(def)(with())
+	b, err := RequestFor(def)(with())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestRequestFor(t *testing.T) {
 		t.Errorf("without attributes: issuer %+v, duration %v, namespace %q, CN %q", b.IssuerRef, b.Duration, b.Namespace, b.Request.Subject.CommonName)
 	}
 
-	b, err = requestFor(def)(with(IssuerKindAttribute, "Issuer", IssuerNameAttribute, "team-ca", DurationAttribute, "15m"))
+	b, err = RequestFor(def)(with(IssuerKindAttribute, "Issuer", IssuerNameAttribute, "team-ca", DurationAttribute, "15m"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,25 @@ func TestRequestFor(t *testing.T) {
 		t.Errorf("with attributes: issuer %+v, duration %v; want %+v, 15m", b.IssuerRef, b.Duration, want)
 	}
 
-	if _, err := requestFor(cmmeta.IssuerReference{})(with()); err == nil || !strings.Contains(err.Error(), IssuerNameAttribute) {
+	if _, err := RequestFor(cmmeta.IssuerReference{})(with()); err == nil || !strings.Contains(err.Error(), IssuerNameAttribute) {
 		t.Errorf("no issuer anywhere: %v, want an error naming %s", err, IssuerNameAttribute)
+	}
+
+	// The names, with the pod's variables expanded; a common name set empty.
+	b, err = RequestFor(def)(with(metadata.ServiceAccountNameVolumeContextKey, "web", metadata.PodUIDVolumeContextKey, "u1",
+		CommonNameAttribute, "", DNSNamesAttribute, "${POD_NAME}.${POD_NAMESPACE}.svc, ${POD_UID}.example",
+		URISANsAttribute, "spiffe://td/ns/${POD_NAMESPACE}/sa/${SERVICE_ACCOUNT_NAME}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Request.Subject.CommonName != "" || strings.Join(b.Request.DNSNames, " ") != "app-0.apps.svc u1.example" ||
+		len(b.Request.URIs) != 1 || b.Request.URIs[0].String() != "spiffe://td/ns/apps/sa/web" {
+		t.Errorf("with names: CN %q, DNS %q, URIs %v", b.Request.Subject.CommonName, b.Request.DNSNames, b.Request.URIs)
+	}
+	if b, err = RequestFor(def)(with(CommonNameAttribute, "${POD_NAMESPACE}")); err != nil || b.Request.Subject.CommonName != "apps" {
+		t.Errorf("a common name: %v", err)
+	}
+	if _, err := RequestFor(def)(with(DNSNamesAttribute, "${NODE_NAME}.example")); err == nil || !strings.Contains(err.Error(), "unknown variable NODE_NAME") {
+		t.Errorf("an unknown variable: %v", err)
 	}
 }
