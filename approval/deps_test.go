@@ -20,6 +20,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cert-manager/csi-lib/internal/origin"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -49,6 +50,33 @@ func TestPodSpecImportsStayLight(t *testing.T) {
 			if strings.HasPrefix(pkg, heavy) {
 				t.Errorf("approval/podspec depends on %s", pkg)
 			}
+		}
+	}
+}
+
+// TestDriversDoNotLinkTheChecks: the manager writes the origin annotations from internal/origin,
+// so that a driver's build links none of this package's checks.
+func TestDriversDoNotLinkTheChecks(t *testing.T) {
+	for _, pkg := range testkit.Deps(t, false, "github.com/cert-manager/csi-lib/driver") {
+		if strings.HasPrefix(pkg, "github.com/cert-manager/csi-lib/approval") {
+			t.Errorf("the driver package depends on %s", pkg)
+		}
+	}
+}
+
+// TestAnnotationKeysAreTheManagers: the keys exported here, written out so that the
+// documentation shows them, are the ones the manager writes.
+func TestAnnotationKeysAreTheManagers(t *testing.T) {
+	for exported, written := range map[string]string{
+		NodeNameAnnotationKey:             origin.NodeNameAnnotationKey,
+		PodNamespaceAnnotationKey:         origin.PodNamespaceAnnotationKey,
+		PodNameAnnotationKey:              origin.PodNameAnnotationKey,
+		PodUIDAnnotationKey:               origin.PodUIDAnnotationKey,
+		PodServiceAccountAnnotationKey:    origin.PodServiceAccountAnnotationKey,
+		PodServiceAccountUIDAnnotationKey: origin.PodServiceAccountUIDAnnotationKey,
+	} {
+		if exported != written {
+			t.Errorf("approval's key %q, the manager's %q", exported, written)
 		}
 	}
 }

@@ -16,22 +16,7 @@ limitations under the License.
 
 package approval
 
-import (
-	"encoding/base64"
-	"encoding/json"
-	"maps"
-	"slices"
-	"strings"
-)
-
-// The volume-context keys kubelet sets that ServiceAccountUIDOf reads, as package metadata names
-// them (this package does not import it: metadata brings the CSI spec's gRPC types).
-const (
-	saTokensKey     = "csi.storage.k8s.io/serviceAccount.tokens"
-	podNamespaceKey = "csi.storage.k8s.io/pod.namespace"
-	podUIDKey       = "csi.storage.k8s.io/pod.uid"
-	saNameKey       = "csi.storage.k8s.io/serviceAccount.name"
-)
+import "github.com/cert-manager/csi-lib/internal/origin"
 
 // ServiceAccountUIDOf returns the UID of the pod's service account as the pod's tokens in a
 // volume context say it (kubelet passes them, under metadata.SATokenVolumeContextKey, when the
@@ -39,58 +24,7 @@ const (
 // decode, or the tokens name another namespace, service account or pod than the context's
 // pod-info keys. The tokens are read, not verified: the UID is a claim the request carries, which
 // the admission policy compares with the credential's when the request is created with that token.
+// The manager puts it in PodServiceAccountUIDAnnotationKey.
 func ServiceAccountUIDOf(volumeContext map[string]string) string {
-	raw, ok := volumeContext[saTokensKey]
-	if !ok {
-		return ""
-	}
-	var tokens map[string]struct {
-		Token string `json:"token"`
-	}
-	if json.Unmarshal([]byte(raw), &tokens) != nil || len(tokens) == 0 {
-		return ""
-	}
-	uid := ""
-	for _, audience := range slices.Sorted(maps.Keys(tokens)) {
-		c, ok := claimsOf(tokens[audience].Token)
-		if !ok || c.Namespace != volumeContext[podNamespaceKey] ||
-			c.ServiceAccount.Name != volumeContext[saNameKey] ||
-			(c.Pod.UID != "" && c.Pod.UID != volumeContext[podUIDKey]) ||
-			c.ServiceAccount.UID == "" || (uid != "" && uid != c.ServiceAccount.UID) {
-			return ""
-		}
-		uid = c.ServiceAccount.UID
-	}
-	return uid
-}
-
-// tokenClaims are the claims of a Kubernetes service account token that name its holder.
-type tokenClaims struct {
-	Namespace      string `json:"namespace"`
-	ServiceAccount struct {
-		Name string `json:"name"`
-		UID  string `json:"uid"`
-	} `json:"serviceaccount"`
-	Pod struct {
-		UID string `json:"uid"`
-	} `json:"pod"`
-}
-
-// claimsOf decodes the kubernetes.io claims of a JWT's payload, without verifying it.
-func claimsOf(jwt string) (tokenClaims, bool) {
-	parts := strings.Split(jwt, ".")
-	if len(parts) != 3 {
-		return tokenClaims{}, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return tokenClaims{}, false
-	}
-	var claims struct {
-		K8s tokenClaims `json:"kubernetes.io"`
-	}
-	if json.Unmarshal(payload, &claims) != nil {
-		return tokenClaims{}, false
-	}
-	return claims.K8s, true
+	return origin.ServiceAccountUID(volumeContext)
 }

@@ -66,6 +66,7 @@ limitations under the License.
 //	                for want of it when it is back
 //	podcondition    writes each pod's condition for its readiness gates, from a queue
 //	accesscheck     the start-up access check (SelfSubjectAccessReview)
+//	origin          the origin annotations' keys, and the pod's service account UID from its tokens
 //	apicall         what a refused or unanswered call to the apiserver means
 //	lifetime        the goroutines Stop waits for (the queue's workers among them), and the
 //	                context it ends

@@ -24,9 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
-	"github.com/cert-manager/csi-lib/approval"
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/origin"
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
@@ -99,12 +99,12 @@ func (b requestBuilder) originAnnotations(meta metadata.Metadata, fromBundle map
 		return annotations, nil
 	}
 	for _, origin := range []struct{ key, value string }{
-		{approval.NodeNameAnnotationKey, b.nodeName},
-		{approval.PodNamespaceAnnotationKey, meta.VolumeContext[metadata.PodNamespaceVolumeContextKey]},
-		{approval.PodNameAnnotationKey, meta.VolumeContext[metadata.PodNameVolumeContextKey]},
-		{approval.PodUIDAnnotationKey, meta.VolumeContext[metadata.PodUIDVolumeContextKey]},
-		{approval.PodServiceAccountAnnotationKey, meta.VolumeContext[metadata.ServiceAccountNameVolumeContextKey]},
-		{approval.PodServiceAccountUIDAnnotationKey, approval.ServiceAccountUIDOf(meta.VolumeContext)},
+		{origin.NodeNameAnnotationKey, b.nodeName},
+		{origin.PodNamespaceAnnotationKey, meta.VolumeContext[metadata.PodNamespaceVolumeContextKey]},
+		{origin.PodNameAnnotationKey, meta.VolumeContext[metadata.PodNameVolumeContextKey]},
+		{origin.PodUIDAnnotationKey, meta.VolumeContext[metadata.PodUIDVolumeContextKey]},
+		{origin.PodServiceAccountAnnotationKey, meta.VolumeContext[metadata.ServiceAccountNameVolumeContextKey]},
+		{origin.PodServiceAccountUIDAnnotationKey, origin.ServiceAccountUID(meta.VolumeContext)},
 	} {
 		if origin.value == "" {
 			continue

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package approval
+package origin
 
 import (
 	"encoding/base64"
@@ -53,9 +53,9 @@ func tokens(t *testing.T, byAudience map[string]string) string {
 	return string(raw)
 }
 
-// TestServiceAccountUIDOf: the UID is read from the pod's tokens only where they name the
+// TestServiceAccountUID: the UID is read from the pod's tokens only where they name the
 // volume context's pod and service account, and agree.
-func TestServiceAccountUIDOf(t *testing.T) {
+func TestServiceAccountUID(t *testing.T) {
 	for key, want := range map[string]string{
 		saTokensKey: metadata.SATokenVolumeContextKey, podNamespaceKey: metadata.PodNamespaceVolumeContextKey,
 		podUIDKey: metadata.PodUIDVolumeContextKey, saNameKey: metadata.ServiceAccountNameVolumeContextKey,
@@ -87,7 +87,7 @@ func TestServiceAccountUIDOf(t *testing.T) {
 		{"a token that is not a JWT", ctx(tokens(t, map[string]string{"": "opaque"})), ""},
 		{"tokens that are not JSON", ctx("{"), ""},
 	} {
-		if got := ServiceAccountUIDOf(tc.context); got != tc.want {
+		if got := ServiceAccountUID(tc.context); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
