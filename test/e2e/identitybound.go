@@ -25,7 +25,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -34,7 +33,6 @@ import (
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/cert-manager/csi-lib/approval"
@@ -236,26 +234,5 @@ func resigned(req *cmapi.CertificateRequest, change func(*x509.CertificateReques
 // thisNodeDriver is a client holding the driver's service-account token bound to this node, as
 // root on it holds it (the driver's pod's projected token).
 func (c *cluster) thisNodeDriver(ctx context.Context) (cmclient.Interface, error) {
-	objs, err := deployObjects("rbac.yaml")
-	if err != nil {
-		return nil, err
-	}
-	var sa *corev1.ServiceAccount
-	for _, obj := range objs {
-		if o, ok := obj.(*corev1.ServiceAccount); ok {
-			sa = o
-		}
-	}
-	if sa == nil {
-		return nil, errors.New("examples/deploy/rbac.yaml names no service account")
-	}
-	kubeconfig := filepath.Join(c.n.dir, "this-node-driver-kubeconfig")
-	if err := writeTokenKubeconfig(ctx, c.kube, c.kubeconfig, kubeconfig, sa, nodeName); err != nil {
-		return nil, err
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	return cmclient.NewForConfig(cfg)
+	return c.driverClientOn(ctx, nodeName, "this-node-driver-kubeconfig")
 }

@@ -277,6 +277,17 @@ func (c *cluster) otherNodeDriver(ctx context.Context) (*attacker, error) {
 	if _, err := c.kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: otherNode}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
+	client, err := c.driverClientOn(ctx, otherNode, "other-node-kubeconfig")
+	if err != nil {
+		return nil, err
+	}
+	return &attacker{cm: client, observer: c.cm}, nil
+}
+
+// driverClientOn is a client holding the driver's service-account token (examples/deploy's
+// rbac.yaml) bound to node, as root on that node holds it (the driver's pod's projected token);
+// its kubeconfig is the run directory's file.
+func (c *cluster) driverClientOn(ctx context.Context, node, file string) (cmclient.Interface, error) {
 	objs, err := deployObjects("rbac.yaml")
 	if err != nil {
 		return nil, err
@@ -290,19 +301,15 @@ func (c *cluster) otherNodeDriver(ctx context.Context) (*attacker, error) {
 	if sa == nil {
 		return nil, errors.New("examples/deploy/rbac.yaml names no service account")
 	}
-	kubeconfig := filepath.Join(c.n.dir, "other-node-kubeconfig")
-	if err := writeTokenKubeconfig(ctx, c.kube, c.kubeconfig, kubeconfig, sa, otherNode); err != nil {
+	kubeconfig := filepath.Join(c.n.dir, file)
+	if err := writeTokenKubeconfig(ctx, c.kube, c.kubeconfig, kubeconfig, sa, node); err != nil {
 		return nil, err
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	client, err := cmclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &attacker{cm: client, observer: c.cm}, nil
+	return cmclient.NewForConfig(cfg)
 }
 
 // cleanUp deletes the requests the attacker created and the Node otherNode.

@@ -360,17 +360,5 @@ func runApproverWith(t *testing.T, cfg controller.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := controller.New(controller.Options{CertManager: cm, Kube: kube, Log: testr.New(t), Issuers: cfg.Issuers, Rules: rules, PodCache: cfg.PodCache})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("approver: %v", err)
-		}
-	})
+	runApproverWithOptions(t, controller.Options{CertManager: cm, Kube: kube, Log: testr.New(t), Issuers: cfg.Issuers, Rules: rules, PodCache: cfg.PodCache})
 }

@@ -54,7 +54,13 @@ const policyIssuers = `'["ClusterIssuer/csi-ca"]'`
 // until the test ends.
 func runApprover(t *testing.T) {
 	t.Helper()
-	c, err := controller.New(controller.Options{CertManager: cm, Kube: kube, Log: testr.New(t)})
+	runApproverWithOptions(t, controller.Options{CertManager: cm, Kube: kube, Log: testr.New(t)})
+}
+
+// runApproverWithOptions runs the example approver with opts until the test ends.
+func runApproverWithOptions(t *testing.T, opts controller.Options) {
+	t.Helper()
+	c, err := controller.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
