@@ -350,9 +350,9 @@ func (m *Manager) Stop() {
 }
 
 // end ends a volume's registration, the one way out of every registration (UnmanageVolume, Stop,
-// its metadata gone): the registry forgets and closes it (no loop starts for it), the status
-// stops showing it, its context ends (its loop's turn and attempt in flight with it) and the
-// work queue forgets it. fence also waits for a WriteKeypair already running (UnmanageVolume's
+// its metadata gone): the registry forgets and closes it (no loop starts for it, and its attempt
+// in flight ends), the status stops showing it, and the work queue forgets it (a turn running
+// finishes first, and its loop ends). fence also waits for a WriteKeypair already running (UnmanageVolume's
 // promise). It returns false, doing nothing, if v was no longer registered.
 func (m *Manager) end(v *managedVolume, fence bool) bool {
 	if !m.registry.remove(v) {
