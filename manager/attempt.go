@@ -83,7 +83,7 @@ func (a *issueAttempt) callDriver(f func()) error {
 // step goes on with those.
 func (a *issueAttempt) issue(ctx context.Context) error {
 	iss, v := a.iss, a.v
-	log := v.logger(iss.log)
+	log := v.logger()
 	if v.is(flagTerminating) {
 		return ErrPodTerminating
 	}
@@ -354,7 +354,7 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 	v.writeEnded(&keypairWrite{at: now, handed: nit, window: window})
 	iss.keys.Drop(reqKey)
 	if !nit.After(now) {
-		v.logger(iss.log).Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
+		v.logger().Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
 			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)
 	}
 	iss.status.written(v, namespace, name, leaf.NotAfter, firstCertificate)
@@ -374,12 +374,12 @@ func (a *issueAttempt) admit(ctx context.Context) (release func(), err error) {
 		}
 		defer a.deadline.restart()
 	}
-	a.v.logger(a.iss.log).V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
+	a.v.logger().V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
 	release, err = iss.admission.Wait(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for issuance admission: %w", err)
 	}
-	a.v.logger(a.iss.log).V(4).Info("Admitted to issuance")
+	a.v.logger().V(4).Info("Admitted to issuance")
 	return release, nil
 }
 

@@ -229,7 +229,8 @@ limitations under the License.
 //	registry      registry.mu: the registered volumes, by ID and by pod, the terminating pods,
 //	              stopped
 //	status        status.mu: what is shown of each volume, the counts by state, the timers
-//	volume        managedVolume.mu: the volume's flags, pod, last write and attempt in flight
+//	volume        managedVolume.mu: the volume's pod, last write and attempt in flight; its
+//	              flags and logger are written under it and read without it
 //	podcondition  podcondition.Writer.mu: each pod's volumes, their validity, what it carries
 //	series        seriesRetention.mu: the pending deletions of departed volumes' series
 //	deadline      attemptDeadline.mu: the timer of one background attempt

@@ -102,9 +102,9 @@ func (r *renewer) process(tr *lifetime.Tracked, v *managedVolume, s loopState, e
 	case v.ended():
 		return drop
 	case early && s.wait == waitAfterOutage:
-		v.logger(r.iss.log).V(2).Info("The apiserver is reachable again: attempting now")
+		v.logger().V(2).Info("The apiserver is reachable again: attempting now")
 	case early:
-		v.logger(r.iss.log).V(4).Info("Requeued: re-evaluating now")
+		v.logger().V(4).Info("Requeued: re-evaluating now")
 	case s.polling:
 		open, alive := r.gateOpens(tr, v)
 		if !alive {
@@ -113,7 +113,7 @@ func (r *renewer) process(tr *lifetime.Tracked, v *managedVolume, s loopState, e
 		if !open {
 			return r.waitFor(v, s, s.left, waitGatePending)
 		}
-		v.logger(r.iss.log).V(4).Info("Readiness gate opened: re-evaluating now")
+		v.logger().V(4).Info("Readiness gate opened: re-evaluating now")
 	}
 	return r.turn(tr, v, s)
 }
@@ -142,11 +142,11 @@ func (r *renewer) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) work
 	}
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		v.logger(iss.log).Info("Volume metadata is gone; no longer managing the volume")
+		v.logger().Info("Volume metadata is gone; no longer managing the volume")
 		r.end(v, false)
 		return drop
 	case err != nil:
-		v.logger(iss.log).Error(err, "Cannot read volume metadata")
+		v.logger().Error(err, "Cannot read volume metadata")
 		return r.waitFor(v, s, s.renewal.Step(), waitAfterError)
 	}
 	last := v.lastWritten()
@@ -177,7 +177,7 @@ func (r *renewer) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) work
 		s.wait = noWait
 		return workqueue.Next[loopState]{State: s}
 	}
-	v.logger(iss.log).V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", kind == waitGatePending)
+	v.logger().V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", kind == waitGatePending)
 	return r.waitFor(v, s, delay, kind)
 }
 

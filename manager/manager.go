@@ -371,7 +371,7 @@ func (m *Manager) end(v *managedVolume, fence bool) bool {
 // is the volume's metadata (its pod, and whether it records a certificate), and resumed says it comes from stored state at
 // start-up. It returns nil if the volume is already managed or the manager is stopped.
 func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *managedVolume {
-	v := newVolume(id, m.opts.Clock.Now(), resumed)
+	v := newVolume(m.log, id, m.opts.Clock.Now(), resumed)
 	if !m.registry.add(v) {
 		return nil
 	}

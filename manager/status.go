@@ -265,7 +265,7 @@ func (s *status) attemptStarted(v *managedVolume) {
 // or when kubelet retries the publish (forCaller): its log, counters, state and Event. A
 // success is shown by written.
 func (s *status) attemptFailed(v *managedVolume, err error, forCaller bool, next time.Duration) {
-	log := v.logger(s.log)
+	log := v.logger()
 	gatePending := false
 	switch {
 	case errors.Is(err, ErrNotReadyToRequest):
@@ -336,7 +336,7 @@ func describeDelay(now time.Time, d time.Duration) string {
 // written shows a key pair written from the request namespace/name, whose certificate expires at
 // notAfter; first says it is the volume's first certificate.
 func (s *status) written(v *managedVolume, namespace, name string, notAfter time.Time, first bool) {
-	v.logger(s.log).V(2).Info("Certificate issued")
+	v.logger().V(2).Info("Certificate issued")
 	if first {
 		s.metrics.ObservePublishToFirstCertificate(s.nodeHash, s.clock.Since(v.managedAt))
 	}

@@ -19,6 +19,7 @@ package manager
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cert-manager/csi-lib/metadata"
@@ -31,16 +32,21 @@ import (
 // publish, or the resumption at start-up) to its end (UnmanageVolume, Stop or the loss of its
 // metadata: Manager.end).
 //
-// The volume owns its flags, its pod, its last write and its attempt in flight, and guards them
-// with mu; other owners ask for them through its methods, which take mu and call nothing else but
-// the attempt's cancel (volume -> context in the package doc's lock order). The registry calls
-// them under its lock, and the status under its own.
+// The volume owns its flags, its pod, its logger, its last write and its attempt in flight, and
+// guards them with mu; other owners ask for them through its methods, which take mu and call
+// nothing else but the attempt's cancel (volume -> context in the package doc's lock order). The
+// registry calls them under its lock, and the status under its own. The flags and the logger are
+// written under mu and read without it (is, logger): a turn asks them often.
 type managedVolume struct {
 	id        string
 	managedAt time.Time
 
 	mu    sync.Mutex
-	flags volumeFlags
+	flags atomic.Uint32 // volumeFlags
+	// log is baseLog and, once known, the pod's name.
+	log atomic.Pointer[logr.Logger]
+	// baseLog is the manager's logger with the volume's ID.
+	baseLog logr.Logger
 	// pod is the volume's pod as its metadata names it; nil until a metadata naming a pod UID
 	// was read.
 	pod *volumePod
@@ -51,7 +57,7 @@ type managedVolume struct {
 }
 
 // volumeFlags are the facts of a volume's registration that only ever become true.
-type volumeFlags uint8
+type volumeFlags = uint32
 
 const (
 	// resumed: registered at start-up from stored state (a volume mounted before this
@@ -111,11 +117,13 @@ func podOf(meta metadata.Metadata) *volumePod {
 	}
 }
 
-func newVolume(id string, now time.Time, resumed bool) *managedVolume {
+func newVolume(log logr.Logger, id string, now time.Time, resumed bool) *managedVolume {
 	v := &managedVolume{id: id, managedAt: now}
 	if resumed {
-		v.flags = flagResumed
+		v.flags.Store(flagResumed)
 	}
+	v.baseLog = log.WithValues("volume_id", id)
+	v.log.Store(&v.baseLog)
 	return v
 }
 
@@ -124,18 +132,16 @@ func newVolume(id string, now time.Time, resumed bool) *managedVolume {
 func (v *managedVolume) startsLoop() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.flags&(flagLoopStarted|flagClosed) != 0 {
+	if v.flags.Load()&(flagLoopStarted|flagClosed) != 0 {
 		return false
 	}
-	v.flags |= flagLoopStarted
+	v.flags.Or(flagLoopStarted)
 	return true
 }
 
 // is reports whether every flag of f is set.
 func (v *managedVolume) is(f volumeFlags) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.flags&f == f
+	return v.flags.Load()&f == f
 }
 
 // attemptStarted records the attempt starting, with the cancel that ends it (at once, with
@@ -143,7 +149,7 @@ func (v *managedVolume) is(f volumeFlags) bool {
 func (v *managedVolume) attemptStarted(end context.CancelCauseFunc) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.flags&flagClosed != 0 {
+	if v.flags.Load()&flagClosed != 0 {
 		end(errStopped)
 		return
 	}
@@ -161,7 +167,7 @@ func (v *managedVolume) attemptDone() {
 func (v *managedVolume) podTerminates() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.flags |= flagTerminating
+	v.flags.Or(flagTerminating)
 	if v.inFlight != nil {
 		v.inFlight.end(ErrPodTerminating)
 	}
@@ -177,6 +183,11 @@ func (v *managedVolume) setPod(pod *volumePod) (old types.UID, changed bool) {
 		return old, false
 	}
 	v.pod = pod
+	log := v.baseLog
+	if pod != nil {
+		log = log.WithValues("pod", pod.name)
+	}
+	v.log.Store(&log)
 	return old, true
 }
 
@@ -186,7 +197,7 @@ func (v *managedVolume) setPod(pod *volumePod) (old types.UID, changed bool) {
 func (v *managedVolume) close() types.UID {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.flags |= flagClosed
+	v.flags.Or(flagClosed)
 	if v.inFlight != nil && v.inFlight.end != nil {
 		v.inFlight.end(errStopped)
 	}
@@ -203,7 +214,7 @@ func (v *managedVolume) ended() bool {
 func (v *managedVolume) writeStarts() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.flags&flagFenced != 0 {
+	if v.flags.Load()&flagFenced != 0 {
 		return false
 	}
 	if v.inFlight == nil {
@@ -231,7 +242,7 @@ func (v *managedVolume) writeEnded(written *keypairWrite) {
 // already running, and no other starts.
 func (v *managedVolume) fence() {
 	v.mu.Lock()
-	v.flags |= flagFenced
+	v.flags.Or(flagFenced)
 	var writing chan struct{}
 	if v.inFlight != nil {
 		writing = v.inFlight.writing
@@ -261,16 +272,10 @@ func (v *managedVolume) podRef() *corev1.ObjectReference {
 func (v *managedVolume) conditionPod() (ref *corev1.ObjectReference, resumed bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.pod.ref(), v.flags&flagResumed != 0
+	return v.pod.ref(), v.flags.Load()&flagResumed != 0
 }
 
-// logger is log with the volume's ID and, once known, its pod's name.
-func (v *managedVolume) logger(log logr.Logger) logr.Logger {
-	v.mu.Lock()
-	pod := v.pod
-	v.mu.Unlock()
-	if pod != nil {
-		return log.WithValues("volume_id", v.id, "pod", pod.name)
-	}
-	return log.WithValues("volume_id", v.id)
+// logger is the manager's logger with the volume's ID and, once known, its pod's name.
+func (v *managedVolume) logger() logr.Logger {
+	return *v.log.Load()
 }

@@ -18,8 +18,36 @@ package manager
 
 import (
 	"math/rand"
+	"strings"
 	"testing"
+
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/types"
 )
+
+// TestVolumeLogNamesItsVolumeAndPod: a volume's log lines carry its ID, and its pod's name once
+// its metadata names the pod, the current pod only.
+func TestVolumeLogNamesItsVolumeAndPod(t *testing.T) {
+	var last string
+	log := funcr.New(func(_, args string) { last = args }, funcr.Options{})
+	v := newVolume(log, "v1", start, false)
+	v.logger().Info("one")
+	if want := `"level"=0 "msg"="one" "volume_id"="v1"`; last != want {
+		t.Fatalf("log values %s, want %s", last, want)
+	}
+	for _, pod := range []string{"first", "second"} {
+		v.setPod(&volumePod{uid: types.UID("uid-" + pod), namespace: "ns", name: pod})
+		v.logger().Info("two")
+		if want := `"level"=0 "msg"="two" "volume_id"="v1" "pod"="` + pod + `"`; last != want {
+			t.Fatalf("log values %s, want %s", last, want)
+		}
+	}
+	v.setPod(nil)
+	v.logger().Info("three")
+	if strings.Contains(last, "pod") {
+		t.Fatalf("log values %s name a pod after the metadata named none", last)
+	}
+}
 
 // TestVolumeStatusFollowsItsModel drives volumeStatus.apply with random sequences of events
 // (fixed seeds) and compares the state after each with a reference model that reads the state
