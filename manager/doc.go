@@ -229,8 +229,8 @@ limitations under the License.
 //	registry      registry.mu: the registered volumes, by ID and by pod, the terminating pods,
 //	              stopped
 //	status        status.mu: what is shown of each volume, the counts by state, the timers
-//	volume        managedVolume.mu: the volume's pod, last write and attempt in flight; its
-//	              flags and logger are written under it and read without it
+//	volume        managedVolume.mu: the volume's attempt in flight; its flags, pod, logger and
+//	              last write are written under it and read without it
 //	podcondition  podcondition.Writer.mu: each pod's volumes, their validity, what it carries
 //	series        seriesRetention.mu: the pending deletions of departed volumes' series
 //	deadline      attemptDeadline.mu: the timer of one background attempt
@@ -246,7 +246,6 @@ limitations under the License.
 //
 //	registry -> volume      the registry gives a volume its pod, closes it, or tells it its
 //	                        pod terminates
-//	status -> volume        the status reads the volume's pod, for its Events and condition
 //	status -> podcondition  the status sets the volume's share of its pod's condition
 //	podcondition -> its own queue (client-go's): SetVolume queues the pod
 //	volume -> context       a pod that terminates ends the attempt in flight (its cancel)

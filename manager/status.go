@@ -44,9 +44,9 @@ import (
 // certificate timers only when something listens (Events, the state gauge or the pod condition),
 // and every timer of a volume no longer shown is stopped.
 //
-// Holding mu, the status reads a volume's pod (status -> volume in the package doc's lock order),
-// sets the pod condition (status -> podcondition), arms and stops timers of the clock, and sets
-// the state gauge; it records Events and calls nothing else after releasing it.
+// Holding mu, the status reads a volume's pod and flags (which takes no lock), sets the pod
+// condition (status -> podcondition in the package doc's lock order), arms and stops timers of
+// the clock, and sets the state gauge; it records Events after releasing it.
 type status struct {
 	log      logr.Logger
 	clock    clock.Clock

@@ -32,11 +32,12 @@ import (
 // publish, or the resumption at start-up) to its end (UnmanageVolume, Stop or the loss of its
 // metadata: Manager.end).
 //
-// The volume owns its flags, its pod, its logger, its last write and its attempt in flight, and
-// guards them with mu; other owners ask for them through its methods, which take mu and call
-// nothing else but the attempt's cancel (volume -> context in the package doc's lock order). The
-// registry calls them under its lock, and the status under its own. The flags and the logger are
-// written under mu and read without it (is, logger): a turn asks them often.
+// The volume owns its flags, its pod, its logger, its last write and its attempt in flight; other
+// owners ask for them through its methods. mu guards the attempt in flight, and orders every
+// change: the flags, the pod, the logger and the last write are written under it and read without
+// it, so that reading them (a turn does, often) never waits. Holding mu, a method calls nothing
+// else but the attempt's cancel (volume -> context in the package doc's lock order). The registry
+// calls the volume's methods under its lock, and the status under its own.
 type managedVolume struct {
 	id        string
 	managedAt time.Time
@@ -49,9 +50,9 @@ type managedVolume struct {
 	baseLog logr.Logger
 	// pod is the volume's pod as its metadata names it; nil until a metadata naming a pod UID
 	// was read.
-	pod *volumePod
+	pod atomic.Pointer[volumePod]
 	// lastWrite is the last key pair written for this registration; nil before the first.
-	lastWrite *keypairWrite
+	lastWrite atomic.Pointer[keypairWrite]
 	// inFlight is the attempt running for the volume; nil between attempts.
 	inFlight *attemptInFlight
 }
@@ -178,11 +179,11 @@ func (v *managedVolume) podTerminates() {
 func (v *managedVolume) setPod(pod *volumePod) (old types.UID, changed bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	old = v.pod.UID()
+	old = v.pod.Load().UID()
 	if old == pod.UID() {
 		return old, false
 	}
-	v.pod = pod
+	v.pod.Store(pod)
 	log := v.baseLog
 	if pod != nil {
 		log = log.WithValues("pod", pod.name)
@@ -201,7 +202,7 @@ func (v *managedVolume) close() types.UID {
 	if v.inFlight != nil && v.inFlight.end != nil {
 		v.inFlight.end(errStopped)
 	}
-	return v.pod.UID()
+	return v.pod.Load().UID()
 }
 
 // ended reports whether the registration has ended (close).
@@ -230,7 +231,7 @@ func (v *managedVolume) writeEnded(written *keypairWrite) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if written != nil {
-		v.lastWrite = written
+		v.lastWrite.Store(written)
 	}
 	if v.inFlight != nil && v.inFlight.writing != nil {
 		close(v.inFlight.writing)
@@ -255,24 +256,18 @@ func (v *managedVolume) fence() {
 
 // lastWritten is the last key pair written for this registration; nil before the first.
 func (v *managedVolume) lastWritten() *keypairWrite {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.lastWrite
+	return v.lastWrite.Load()
 }
 
 // podRef is the reference to the volume's pod, for Events; nil while not fully known.
 func (v *managedVolume) podRef() *corev1.ObjectReference {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.pod.ref()
+	return v.pod.Load().ref()
 }
 
 // conditionPod is what the pod condition needs of the volume: its pod's reference (nil while not
 // fully known) and whether the volume was resumed at start-up.
 func (v *managedVolume) conditionPod() (ref *corev1.ObjectReference, resumed bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.pod.ref(), v.flags.Load()&flagResumed != 0
+	return v.pod.Load().ref(), v.is(flagResumed)
 }
 
 // logger is the manager's logger with the volume's ID and, once known, its pod's name.
