@@ -54,7 +54,7 @@ type cgHarness struct {
 	log   []processed // early is not known to client-go's queue: always false
 	count map[int]int
 	ended int // turns returned
-	block chan struct{}
+	turnGate
 }
 
 func newCGHarness(t *testing.T, turn func(key, n int) time.Duration) *cgHarness {
@@ -85,11 +85,8 @@ func (h *cgHarness) process(k int) {
 	h.log = append(h.log, processed{key: k, at: h.clock.Since(h.start)})
 	n := h.count[k]
 	h.count[k]++
-	block := h.block
 	h.mu.Unlock()
-	if block != nil {
-		<-block
-	}
+	h.pass()
 	if d := h.turn(k, n); d > 0 {
 		h.q.AddAfter(k, d)
 	}
@@ -98,43 +95,34 @@ func (h *cgHarness) process(k int) {
 	h.mu.Unlock()
 }
 
-func (h *cgHarness) hold() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.block = make(chan struct{})
-}
-
-func (h *cgHarness) release() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.block != nil {
-		close(h.block)
-		h.block = nil
-	}
-}
-
 // until waits, bounded, until cond holds of the log and the count of turns that returned.
 func (h *cgHarness) until(what string, cond func(log []processed, ended int) bool) []processed {
 	h.t.Helper()
-	for i := 0; ; i++ {
+	deadline := time.Now().Add(pollBound)
+	for {
 		h.mu.Lock()
 		got, ended := append([]processed(nil), h.log...), h.ended
 		h.mu.Unlock()
 		if cond(got, ended) {
 			return got
 		}
-		if i > 200_000 {
+		if time.Now().After(deadline) {
 			h.t.Fatalf("client-go's queue: no %s; processed %v, %d turns returned, %d timers", what, got, ended, h.clock.Waiters())
 		}
 		runtime.Gosched()
 	}
 }
 
+// pollBound bounds, in real time, each wait for what client-go's queue does on its own
+// goroutines: a count of Gosched calls ran out in a tenth of a second on a busy machine.
+const pollBound = 10 * time.Second
+
 // untilWaiters waits, bounded, until the fake clock has n waiters.
 func untilWaiters(t *testing.T, clk *testclock.FakeClock, n int) {
 	t.Helper()
-	for i := 0; clk.Waiters() != n; i++ {
-		if i > 200_000 {
+	deadline := time.Now().Add(pollBound)
+	for clk.Waiters() != n {
+		if time.Now().After(deadline) {
 			t.Fatalf("the clock has %d waiters, want %d", clk.Waiters(), n)
 		}
 		runtime.Gosched()
@@ -251,9 +239,14 @@ func TestClientGoRequeueDuringAGateWait(t *testing.T) {
 	cg.until("first turn", func(_ []processed, ended int) bool { return ended == 1 })
 	untilWaiters(t, cg.clock, 2)
 	cg.clock.Step(500 * time.Millisecond)
+	// The Requeue's turn is held while the clock reaches 1 s: were its AddAfter on its way when
+	// the clock steps, client-go's waiting loop could re-arm its timer from a reading taken
+	// before the step, one step late (about once in ten runs), and the turn would not come.
+	cg.hold()
 	cg.q.Add(1) // the Requeue: the key waits for the gate
-	cg.until("the Requeue's turn", func(_ []processed, ended int) bool { return ended == 2 })
+	cg.until("the Requeue's turn", func(log []processed, _ int) bool { return len(log) == 2 })
 	cg.clock.Step(500 * time.Millisecond)
+	cg.release()
 	cgLog := cg.until("third turn", func(log []processed, _ int) bool { return len(log) == 3 })
 
 	t.Logf("figure: turns (gate asks) of a key whose 1 s gate wait a Requeue ends at 0.5 s: this queue at %v, client-go's at %v", times(ourLog), times(cgLog))

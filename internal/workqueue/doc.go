@@ -51,7 +51,9 @@ limitations under the License.
 // first waits, 100 are distinct with the default jitter of 0.5, 1 with the limiter.
 //
 // Two things client-go's queue does meet, so they are not why this queue stays: a step of the
-// fake clock right after AddAfter is not missed (0 of 1,000 steps), and a goroutine per Get
+// fake clock right after AddAfter is not missed (0 of 1,000 steps; but one that lands while
+// its waiting loop re-arms its timer after a second AddAfter is, about once in ten runs of
+// TestClientGoRequeueDuringAGateWait without the hold that test now makes), and a goroutine per Get
 // starts workers on demand (64 blocked turns run at once on both).
 //
 // Every figure is measured by the tests in clientgo_test.go:

@@ -58,6 +58,13 @@ type harness struct {
 	count     map[int]int
 	inFlight  [128]atomic.Int32
 	concurred atomic.Bool
+	turnGate
+}
+
+// turnGate holds the processings that start while it is held, until it is released; both
+// harnesses (this queue's and client-go's) embed it.
+type turnGate struct {
+	mu sync.Mutex
 	// block, if not nil, holds every processing until it is closed.
 	block chan struct{}
 }
@@ -75,19 +82,33 @@ func newHarness(t *testing.T, decide func(key, n int) Next[int]) *harness {
 }
 
 // hold makes the processings that start from now on wait until release.
-func (h *harness) hold() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.block = make(chan struct{})
+func (g *turnGate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.block = make(chan struct{})
 }
 
 // release lets the held processings go on, and the next ones run freely.
-func (h *harness) release() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.block != nil {
-		close(h.block)
-		h.block = nil
+func (g *turnGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.block != nil {
+		close(g.block)
+		g.block = nil
+	}
+}
+
+// held is the channel the processings starting now wait for; nil when nothing is held.
+func (g *turnGate) held() chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.block
+}
+
+// pass waits until the processings held now are released.
+func (g *turnGate) pass() {
+	if block := g.held(); block != nil {
+		<-block
 	}
 }
 
@@ -100,11 +121,8 @@ func (h *harness) process(_ *lifetime.Tracked, k int, s int, early bool) Next[in
 	h.log = append(h.log, processed{key: k, state: s, early: early, at: h.clock.Since(h.start)})
 	n := h.count[k]
 	h.count[k]++
-	block := h.block
 	h.mu.Unlock()
-	if block != nil {
-		<-block
-	}
+	h.pass()
 	return h.decide(k, n)
 }
 
@@ -224,7 +242,7 @@ func TestAWakeDuringProcessingEndsTheNextWait(t *testing.T) {
 	h.q.Add(1, -1)
 	h.untilProcessed(1)
 	h.q.Wake(1, func(s int) bool { return s == 0 })
-	held := h.block
+	held := h.held()
 	h.hold()
 	close(held)
 	if got := h.untilProcessed(2); got[1] != (processed{1, 0, true, 0}) {
