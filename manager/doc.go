@@ -44,7 +44,7 @@ limitations under the License.
 //	                annotations
 //	permissions.go  ErrPermissionDenied, and the rules the options need, which the start-up
 //	                access check asks for
-//	volume.go       one registration, under its own lock: its pod, its flags, its last write, the
+//	volume.go       one registration, without a lock: its pod, its flags, its last write, the
 //	                attempt in flight and the fence that UnmanageVolume closes after a running
 //	                WriteKeypair
 //	series.go       the metric series of departed volumes, deleted after a retention
@@ -224,13 +224,14 @@ limitations under the License.
 //
 // # Lock order
 //
-// Each owner has one mutex. It guards that owner's fields and nothing else:
+// Each owner has one mutex. It guards that owner's fields and nothing else. A volume
+// (managedVolume) has none: its flags, pod, logger, last write and attempt in flight are atomic
+// words, written in an order that volume.go's doc gives, so a renewal takes no lock of its
+// volume.
 //
 //	registry      registry.mu: the registered volumes, by ID and by pod, the terminating pods,
 //	              stopped
 //	status        status.mu: what is shown of each volume, the counts by state, the timers
-//	volume        managedVolume.mu: the volume's attempt in flight; its flags, pod, logger and
-//	              last write are written under it and read without it
 //	podcondition  podcondition.Writer.mu: each pod's volumes, their validity, what it carries
 //	series        seriesRetention.mu: the pending deletions of departed volumes' series
 //	deadline      attemptDeadline.mu: the timer of one background attempt
@@ -245,10 +246,10 @@ limitations under the License.
 // No lock is held while another owner's method is called, except in this order:
 //
 //	registry -> volume      the registry gives a volume its pod, closes it, or tells it its
-//	                        pod terminates
+//	                        pod terminates; the volume then ends its attempt in flight (its
+//	                        context's cancel)
 //	status -> podcondition  the status sets the volume's share of its pod's condition
 //	podcondition -> its own queue (client-go's): SetVolume queues the pod
-//	volume -> context       a pod that terminates ends the attempt in flight (its cancel)
 //	status, series, deadline, queue, admission, pendingkeys -> clock: they arm and stop timers
 //	queue -> lifetime       a worker is tracked as it starts
 //	outage -> lifetime      a probe is tracked as it starts
@@ -260,8 +261,7 @@ limitations under the License.
 // store under a volume's file lock, never under its mu, so that the informer's events never wait
 // for a disk.
 //
-// The volume's lock is taken last of the manager's own; the clock, the contexts and lifetime are
-// last of all. certrequests and lifetime call nothing under their locks. Callbacks out of an
+// The clock, the contexts and lifetime are last of all. certrequests and lifetime call nothing under their locks. Callbacks out of an
 // owner (an outage ending, a pod gone, a timer firing) run without its lock, and a timer's
 // function runs on its own goroutine, never under the fake clock's lock.
 //

@@ -18,7 +18,6 @@ package manager
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,16 +32,24 @@ import (
 // metadata: Manager.end).
 //
 // The volume owns its flags, its pod, its logger, its last write and its attempt in flight; other
-// owners ask for them through its methods. mu guards the attempt in flight, and orders every
-// change: the flags, the pod, the logger and the last write are written under it and read without
-// it, so that reading them (a turn does, often) never waits. Holding mu, a method calls nothing
-// else but the attempt's cancel (volume -> context in the package doc's lock order). The registry
-// calls the volume's methods under its lock, and the status under its own.
+// owners ask for them through its methods. It has no lock: each of these is one atomic word, so
+// that a turn reads them without waiting and a renewal takes no lock of the volume at all. Two
+// facts must be seen together, and each pair is written in an order that makes one side see the
+// other (Go's atomics are sequentially consistent):
+//
+//   - an attempt stores itself in inFlight, then reads the flags; close and podTerminates set
+//     their flag, then read inFlight. So an attempt that starts as the volume closes (or its pod
+//     terminates) is ended by one side or the other, never by neither;
+//   - a WriteKeypair stores its channel in writing, then reads flagFenced; fence sets the flag,
+//     then reads writing. So a write either sees the fence and does not start, or fence waits
+//     for it.
+//
+// The pod and the logger change together only in setPod, which the registry calls under its
+// lock, so two changes never interleave.
 type managedVolume struct {
 	id        string
 	managedAt time.Time
 
-	mu    sync.Mutex
 	flags atomic.Uint32 // volumeFlags
 	// log is baseLog and, once known, the pod's name.
 	log atomic.Pointer[logr.Logger]
@@ -53,8 +60,11 @@ type managedVolume struct {
 	pod atomic.Pointer[volumePod]
 	// lastWrite is the last key pair written for this registration; nil before the first.
 	lastWrite atomic.Pointer[keypairWrite]
-	// inFlight is the attempt running for the volume; nil between attempts.
-	inFlight *attemptInFlight
+	// inFlight ends the attempt running for the volume, with a cause; nil between attempts.
+	inFlight atomic.Pointer[context.CancelCauseFunc]
+	// writing is closed when the WriteKeypair running for the volume returns; nil when none
+	// runs.
+	writing atomic.Pointer[chan struct{}]
 }
 
 // volumeFlags are the facts of a volume's registration that only ever become true.
@@ -98,13 +108,6 @@ func (p *volumePod) ref() *corev1.ObjectReference {
 	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Name: p.name, Namespace: p.namespace, UID: p.uid}
 }
 
-// attemptInFlight is an attempt of the volume that is running: how to end it, and, while its
-// WriteKeypair runs, a channel closed when that returns.
-type attemptInFlight struct {
-	end     context.CancelCauseFunc
-	writing chan struct{}
-}
-
 // podOf is the pod a volume's metadata names; nil when it names no pod UID.
 func podOf(meta metadata.Metadata) *volumePod {
 	uid := types.UID(meta.VolumeContext[metadata.PodUIDVolumeContextKey])
@@ -131,13 +134,15 @@ func newVolume(log logr.Logger, id string, now time.Time, resumed bool) *managed
 // startsLoop records that the volume's loop starts; false if it has started already or the
 // volume is closed (flagClosed).
 func (v *managedVolume) startsLoop() bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.flags.Load()&(flagLoopStarted|flagClosed) != 0 {
-		return false
+	for {
+		f := v.flags.Load()
+		if f&(flagLoopStarted|flagClosed) != 0 {
+			return false
+		}
+		if v.flags.CompareAndSwap(f, f|flagLoopStarted) {
+			return true
+		}
 	}
-	v.flags.Or(flagLoopStarted)
-	return true
 }
 
 // is reports whether every flag of f is set.
@@ -145,40 +150,42 @@ func (v *managedVolume) is(f volumeFlags) bool {
 	return v.flags.Load()&f == f
 }
 
-// attemptStarted records the attempt starting, with the cancel that ends it (at once, with
-// errStopped, if the registration has ended); attemptDone clears it.
+// attemptStarted records the attempt starting, with the cancel that ends it: at once, with
+// errStopped if the registration has ended, or ErrPodTerminating if its pod terminates.
+// attemptDone clears it. A volume has one attempt at a time: a publish's runs before its loop
+// starts, and the queue never turns a key twice at once.
 func (v *managedVolume) attemptStarted(end context.CancelCauseFunc) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.flags.Load()&flagClosed != 0 {
+	v.inFlight.Store(&end)
+	switch f := v.flags.Load(); {
+	case f&flagClosed != 0:
 		end(errStopped)
-		return
+	case f&flagTerminating != 0:
+		end(ErrPodTerminating)
 	}
-	v.inFlight = &attemptInFlight{end: end}
 }
 
 func (v *managedVolume) attemptDone() {
-	v.mu.Lock()
-	v.inFlight = nil
-	v.mu.Unlock()
+	v.inFlight.Store(nil)
+}
+
+// endAttempt ends the attempt in flight, if any, with cause. Ending one that has just returned
+// does nothing.
+func (v *managedVolume) endAttempt(cause error) {
+	if end := v.inFlight.Load(); end != nil {
+		(*end)(cause)
+	}
 }
 
 // podTerminates marks the volume's pod terminating and ends the attempt in flight, if any, with
 // ErrPodTerminating.
 func (v *managedVolume) podTerminates() {
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	v.flags.Or(flagTerminating)
-	if v.inFlight != nil {
-		v.inFlight.end(ErrPodTerminating)
-	}
+	v.endAttempt(ErrPodTerminating)
 }
 
 // setPod gives the volume the pod its metadata names; it reports the UID of the pod it had, and
-// whether the UID changed (only then is the pod replaced).
+// whether the UID changed (only then is the pod replaced). The registry calls it under its lock.
 func (v *managedVolume) setPod(pod *volumePod) (old types.UID, changed bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	old = v.pod.Load().UID()
 	if old == pod.UID() {
 		return old, false
@@ -196,12 +203,8 @@ func (v *managedVolume) setPod(pod *volumePod) (old types.UID, changed bool) {
 // any, ends with errStopped. It reports the pod's UID. The registry closes a volume as it
 // removes it.
 func (v *managedVolume) close() types.UID {
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	v.flags.Or(flagClosed)
-	if v.inFlight != nil && v.inFlight.end != nil {
-		v.inFlight.end(errStopped)
-	}
+	v.endAttempt(errStopped)
 	return v.pod.Load().UID()
 }
 
@@ -213,44 +216,32 @@ func (v *managedVolume) ended() bool {
 // writeStarts reports whether the attempt in flight may call WriteKeypair: false once the
 // volume is fenced. Until writeEnded, fence waits for the write.
 func (v *managedVolume) writeStarts() bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.flags.Load()&flagFenced != 0 {
+	done := make(chan struct{})
+	v.writing.Store(&done)
+	if v.is(flagFenced) {
+		v.writeEnded(nil)
 		return false
 	}
-	if v.inFlight == nil {
-		v.inFlight = &attemptInFlight{}
-	}
-	v.inFlight.writing = make(chan struct{})
 	return true
 }
 
 // writeEnded records the end of a WriteKeypair that writeStarts allowed, and, if it wrote, the
 // key pair written.
 func (v *managedVolume) writeEnded(written *keypairWrite) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	if written != nil {
 		v.lastWrite.Store(written)
 	}
-	if v.inFlight != nil && v.inFlight.writing != nil {
-		close(v.inFlight.writing)
-		v.inFlight.writing = nil
+	if done := v.writing.Swap(nil); done != nil {
+		close(*done)
 	}
 }
 
 // fence makes sure nothing writes for this registration any more: it waits for a WriteKeypair
 // already running, and no other starts.
 func (v *managedVolume) fence() {
-	v.mu.Lock()
 	v.flags.Or(flagFenced)
-	var writing chan struct{}
-	if v.inFlight != nil {
-		writing = v.inFlight.writing
-	}
-	v.mu.Unlock()
-	if writing != nil {
-		<-writing
+	if done := v.writing.Load(); done != nil {
+		<-*done
 	}
 }
 

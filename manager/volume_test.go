@@ -17,10 +17,15 @@ limitations under the License.
 package manager
 
 import (
+	"context"
+	"errors"
 	"math/rand"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -112,4 +117,64 @@ func TestVolumeStatusFollowsItsModel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestVolumeEndsAnAttemptThatStartsAsItCloses: an attempt that starts before, after or while
+// its volume closes (or its pod terminates) is ended with the cause, whichever side comes
+// first; the concurrent rounds cover the orders a single goroutine cannot.
+func TestVolumeEndsAnAttemptThatStartsAsItCloses(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		end   func(v *managedVolume)
+		cause error
+	}{
+		{"close", func(v *managedVolume) { v.close() }, errStopped},
+		{"pod terminates", (*managedVolume).podTerminates, ErrPodTerminating},
+	} {
+		check := func(order string, run func(v *managedVolume, start func())) {
+			v := newVolume(logr.Discard(), "v1", start, false)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			run(v, func() { v.attemptStarted(cancel) })
+			if got := context.Cause(ctx); !errors.Is(got, c.cause) {
+				t.Fatalf("%s, %s: the attempt's cause is %v, want %v", c.name, order, got, c.cause)
+			}
+		}
+		check("attempt first", func(v *managedVolume, start func()) { start(); c.end(v) })
+		check("attempt last", func(v *managedVolume, start func()) { c.end(v); start() })
+		for i := 0; i < 500; i++ {
+			check("concurrently", func(v *managedVolume, start func()) {
+				var wg sync.WaitGroup
+				wg.Add(2)
+				go func() { defer wg.Done(); start() }()
+				go func() { defer wg.Done(); c.end(v) }()
+				wg.Wait()
+			})
+		}
+	}
+}
+
+// TestVolumeFenceWaitsForARunningWrite: fence returns only once a WriteKeypair that started
+// before it has ended, and no write starts after it.
+func TestVolumeFenceWaitsForARunningWrite(t *testing.T) {
+	v := newVolume(logr.Discard(), "v1", start, false)
+	if !v.writeStarts() {
+		t.Fatal("a write was refused before the fence")
+	}
+	fenced := make(chan struct{})
+	go func() { v.fence(); close(fenced) }()
+	for !v.is(flagFenced) {
+		runtime.Gosched()
+	}
+	select {
+	case <-fenced:
+		t.Fatal("fence returned while a write was running")
+	default:
+	}
+	v.writeEnded(&keypairWrite{at: start})
+	<-fenced
+	if v.writeStarts() {
+		t.Fatal("a write started after the fence")
+	}
+	v.fence() // no write runs: returns at once
 }
