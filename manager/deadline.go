@@ -34,8 +34,9 @@ const issueTimeout = 60 * time.Second
 // stops the timer synchronously, so a fake clock shows no stray waiter once the attempt is over.
 func attemptContext(clk clock.Clock) (ctx context.Context, d *attemptDeadline, end context.CancelCauseFunc, cancel func()) {
 	ctx, end = context.WithCancelCause(context.Background())
+	// d is not shared yet: its first timer needs no lock.
 	d = &attemptDeadline{clock: clk, cancel: end}
-	d.restart()
+	d.stop = clockutil.AfterFunc(clk, issueTimeout, func() { end(errAttemptTimeout) })
 	return ctx, d, end, func() {
 		d.pause()
 		end(nil)

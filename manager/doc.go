@@ -252,18 +252,24 @@ limitations under the License.
 //	podcondition -> its own queue (client-go's): SetVolume queues the pod
 //	status, series, deadline, queue, admission, pendingkeys -> clock: they arm and stop timers
 //	queue -> lifetime       a worker is tracked as it starts
+//	queue -> loop           Wake, WakeAll and a finished turn ask the loop whether a wake ends
+//	                        the wait (requeueEnds, the outage's match): pure functions of the
+//	                        state handed to them, which take no lock
+//	admission -> rate       x/time/rate's limiter, with a lock of its own that calls nothing
 //	outage -> lifetime      a probe is tracked as it starts
 //
 // The registry and the status never hold each other's lock: a registration is added to the
 // registry, then shown; it is closed as the registry removes it, then no longer shown, and the
 // status shows no closed volume. Outside the library, under a lock: the status sets the state
 // gauge (Metrics), admission counts its waiters (Metrics), and pendingkeys calls the driver's key
-// store under a volume's file lock, never under its mu, so that the informer's events never wait
-// for a disk.
+// store under a volume's file lock, never under its mu, so that the informer's add and update
+// events never wait for a disk (a delete event removes the deleted request's key file, if its
+// key is still held, on the informer's goroutine).
 //
-// The clock, the contexts and lifetime are last of all. certrequests and lifetime call nothing under their locks. Callbacks out of an
-// owner (an outage ending, a pod gone, a timer firing) run without its lock, and a timer's
-// function runs on its own goroutine, never under the fake clock's lock.
+// The clock, the contexts and lifetime are last of all. certrequests and lifetime call nothing
+// under their locks. Callbacks out of an owner (an outage ending, a pod gone, a timer firing) run
+// without its lock, and a timer's function runs on its own goroutine, never under the fake
+// clock's lock.
 //
 // # Blocking and the clock
 //

@@ -372,11 +372,12 @@ func (m *Manager) end(v *managedVolume, fence bool) bool {
 // start-up. It returns nil if the volume is already managed or the manager is stopped.
 func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *managedVolume {
 	v := newVolume(m.log, id, m.opts.Clock.Now(), resumed)
-	if !m.registry.add(v) {
-		return nil
-	}
+	var pod *volumePod
 	if meta != nil {
-		m.registry.setPod(v, podOf(*meta))
+		pod = podOf(*meta)
+	}
+	if !m.registry.add(v, pod) {
+		return nil
 	}
 	m.status.add(v, meta != nil && hasCertificate(*meta))
 	m.series.keep(id)

@@ -55,14 +55,16 @@ func newRegistry() *registry {
 	}
 }
 
-// add registers v; false if its ID is registered already or the manager stopped.
-func (r *registry) add(v *managedVolume) bool {
+// add registers v, with the pod its metadata names (nil: none known; see setPod); false if its
+// ID is registered already or the manager stopped.
+func (r *registry) add(v *managedVolume, pod *volumePod) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped || r.byID[v.id] != nil {
 		return false
 	}
 	r.byID[v.id] = v
+	r.setPodLocked(v, pod)
 	return true
 }
 
@@ -87,13 +89,20 @@ func (r *registry) get(id string) *managedVolume {
 }
 
 // setPod gives the registered volume v the pod its metadata names (nil: no UID known) and files
-// it under that pod; a pod known to be terminating terminates it at once.
+// it under that pod; a pod known to be terminating terminates it at once. A volume's pod changes
+// only here, under mu, so a pod already the volume's needs no lock (a turn finds it so).
 func (r *registry) setPod(v *managedVolume, pod *volumePod) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.byID[v.id] != v {
+	if v.pod.Load().UID() == pod.UID() {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byID[v.id] == v {
+		r.setPodLocked(v, pod)
+	}
+}
+
+func (r *registry) setPodLocked(v *managedVolume, pod *volumePod) {
 	old, changed := v.setPod(pod)
 	if !changed {
 		return

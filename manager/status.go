@@ -25,6 +25,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
@@ -76,6 +77,12 @@ type shownVolume struct {
 	status volumeStatus
 	// certificate is nil unless the status is watching.
 	certificate *certificateTimers
+	// onPod is the pod and the validity last set on the pod condition: the same again is not
+	// set, so a turn that changes nothing takes no lock of the pod condition.
+	onPod struct {
+		uid      types.UID
+		validity podcondition.Validity
+	}
 }
 
 // certificateTimers is what the status knows of the certificate in a volume, and the timers that
@@ -186,9 +193,16 @@ func (s *status) showPodLocked(v *managedVolume, e *shownVolume) {
 	if s.conditions == nil {
 		return
 	}
-	if ref, resumed := v.conditionPod(); ref != nil {
-		s.conditions.SetVolume(ref, v.id, s.validityLocked(e), resumed)
+	ref, resumed := v.conditionPod()
+	if ref == nil {
+		return
 	}
+	validity := s.validityLocked(e)
+	if e.onPod.uid == ref.UID && e.onPod.validity == validity {
+		return
+	}
+	e.onPod.uid, e.onPod.validity = ref.UID, validity
+	s.conditions.SetVolume(ref, v.id, validity, resumed)
 }
 
 // showAllCounts sets the state gauge, every state included.

@@ -66,7 +66,8 @@ type Keys struct {
 	// files serialises the reads and writes of one volume's key files (its pending key and the
 	// key the sweep kept): the informer's delete events remove keys while attempts write them.
 	// A volume's file lock is taken before mu, never under it, and mu is never held across a
-	// file's read or write, so that the informer's events (Seen) never wait for a disk.
+	// file's read or write, so that the informer's add and update events (Seen) never wait for
+	// a disk. A delete event (RequestDeleted) removes the request's files, if any, itself.
 	files keylock.Locks
 
 	// mu guards the maps.

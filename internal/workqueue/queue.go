@@ -244,8 +244,8 @@ func (q *Queue[K, S]) fire(k K, e *entry[S], seq uint64) {
 // work processes ready keys, first in first out, until none is ready (none is after Stop).
 func (q *Queue[K, S]) work(tr *lifetime.Tracked) {
 	defer tr.Done()
+	q.mu.Lock()
 	for {
-		q.mu.Lock()
 		front := q.ready.Front()
 		if front == nil {
 			q.workers--
@@ -271,7 +271,6 @@ func (q *Queue[K, S]) work(tr *lifetime.Tracked) {
 			return
 		}
 		q.finishLocked(k, e, next)
-		q.mu.Unlock()
 	}
 }
 
