@@ -32,6 +32,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/startuptaint"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
@@ -75,10 +76,15 @@ type Driver struct {
 	// err is what NewWithListener found wrong with its options: Run returns it.
 	err error
 
+	// taint removes the node's startup taint; nil without RemoveStartupTaint.
+	taint *startuptaint.Remover
+
 	mu      sync.Mutex
-	started bool
 	stopped bool
-	taint   *startupTaint
+	// endTaint ends the taint's removal and taintDone closes once it has ended; both are set
+	// when Run starts the removal.
+	endTaint  context.CancelFunc
+	taintDone chan struct{}
 }
 
 // New listens on endpoint ("unix:///path/to/csi.sock" or "tcp://host:port", the scheme in any
@@ -108,19 +114,16 @@ func NewWithListener(lis net.Listener, log logr.Logger, opts Options) *Driver {
 	if opts.Mounter == nil {
 		opts.Mounter = mount.New("")
 	}
-	ns := newNodeServer(log, opts)
+	ns := &nodeServer{Options: opts, log: log.WithName("node")}
 	d := &Driver{
 		server: NewGRPCServerWithListener(lis, log, NewIdentityServer(opts.DriverName, opts.DriverVersion), &controllerServer{}, ns),
 	}
-	r, err := newStartupTaintRemover(log, opts)
-	if err != nil {
-		d.err = err
-	} else if r != nil && opts.RemoveStartupTaint.Metrics != nil {
+	d.taint, d.err = newStartupTaintRemover(log, opts)
+	if d.taint != nil && opts.RemoveStartupTaint.Metrics != nil {
 		met := opts.RemoveStartupTaint.Metrics
 		met.EnableStartupTaintRemovals()
 		met.AddStartupTaintRemovals(util.HashIdentifier(opts.NodeID), 0)
 	}
-	d.taint = newStartupTaint(r)
 	return d
 }
 
@@ -132,9 +135,14 @@ func (d *Driver) Run() error {
 		return d.err
 	}
 	d.mu.Lock()
-	if !d.started && !d.stopped {
-		d.started = true
-		d.taint.start()
+	if d.taint != nil && d.taintDone == nil && !d.stopped {
+		var ctx context.Context
+		ctx, d.endTaint = context.WithCancel(context.Background())
+		d.taintDone = make(chan struct{})
+		go func(done chan struct{}) {
+			defer close(done)
+			d.taint.Run(ctx)
+		}(d.taintDone)
 	}
 	d.mu.Unlock()
 	return d.server.Run()
@@ -143,12 +151,12 @@ func (d *Driver) Run() error {
 // Stop stops serving, letting calls in flight finish, and ends the startup taint's removal.
 func (d *Driver) Stop() {
 	d.mu.Lock()
-	started := d.started
-	first := !d.stopped
 	d.stopped = true
+	endTaint, taintDone := d.endTaint, d.taintDone
 	d.mu.Unlock()
-	if first {
-		d.taint.stop(started)
+	if endTaint != nil {
+		endTaint()
+		<-taintDone
 	}
 	d.server.Stop()
 }

@@ -106,13 +106,10 @@ func redact(v any) any {
 	return c
 }
 
+// redactMessage redacts m in place. Range allows changing the field it visits, and every
+// change below is to that field or to messages inside it.
 func redactMessage(m protoreflect.Message) {
-	var fields []protoreflect.FieldDescriptor
 	m.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
-		fields = append(fields, fd)
-		return true
-	})
-	for _, fd := range fields {
 		switch {
 		case isSecret(fd):
 			redactField(m, fd)
@@ -135,7 +132,8 @@ func redactMessage(m protoreflect.Message) {
 		case !fd.IsList() && !fd.IsMap() && fd.Kind() == protoreflect.MessageKind:
 			redactMessage(m.Get(fd).Message())
 		}
-	}
+		return true
+	})
 }
 
 // isSecret reports whether the CSI spec marks a field secret.

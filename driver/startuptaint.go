@@ -17,7 +17,6 @@ limitations under the License.
 package driver
 
 import (
-	"context"
 	"math"
 	"time"
 
@@ -127,42 +126,4 @@ func newStartupTaintRemover(log logr.Logger, opts Options) (*startuptaint.Remove
 		cfg.Removed = func(n int) { met.AddStartupTaintRemovals(node, n) }
 	}
 	return startuptaint.New(cfg)
-}
-
-// startupTaint runs a remover in the background until stopped.
-type startupTaint struct {
-	remover *startuptaint.Remover
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
-}
-
-func newStartupTaint(r *startuptaint.Remover) *startupTaint {
-	if r == nil {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &startupTaint{remover: r, ctx: ctx, cancel: cancel, done: make(chan struct{})}
-}
-
-// start runs the remover on a goroutine of its own; call it once.
-func (s *startupTaint) start() {
-	if s == nil {
-		return
-	}
-	go func() {
-		defer close(s.done)
-		s.remover.Run(s.ctx)
-	}()
-}
-
-// stop ends the remover and, if it was started, waits for it.
-func (s *startupTaint) stop(started bool) {
-	if s == nil {
-		return
-	}
-	s.cancel()
-	if started {
-		<-s.done
-	}
 }
