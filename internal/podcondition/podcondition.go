@@ -27,7 +27,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,12 +67,16 @@ type Validity string
 // is not written until it is.
 const ValidityUnknown Validity = "?"
 
-// badness orders the False reasons: the pod shows the worst of its volumes.
-var badness = map[Validity]int{
-	ReasonNotIssued:   1,
-	ReasonGatePending: 2,
-	ReasonFailing:     3,
-	ReasonExpired:     4,
+// falseReasons gives each False reason its rank (the pod shows the worst of its volumes) and
+// what it says of the volume the message names.
+var falseReasons = map[Validity]struct {
+	rank    int
+	message string
+}{
+	ReasonNotIssued:   {1, "has no certificate yet"},
+	ReasonGatePending: {2, "has no certificate yet: the driver's readiness gate says not yet"},
+	ReasonFailing:     {3, "has no certificate: issuing it fails"},
+	ReasonExpired:     {4, "holds a certificate that has expired or is about to"},
 }
 
 // Config is what a Writer needs. Every field is required.
@@ -221,18 +226,13 @@ func (p *Writer) RemoveVolume(pod *corev1.ObjectReference, volumeID string) {
 // desired is the condition a pod's volumes call for; ok is false while a volume's validity is
 // unknown.
 func desired(typ corev1.PodConditionType, volumes map[string]Validity) (c corev1.PodCondition, ok bool) {
-	ids := make([]string, 0, len(volumes))
-	for id := range volumes {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
 	worst, worstID := Validity(""), ""
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(volumes)) {
 		v := volumes[id]
 		if v == ValidityUnknown {
 			return c, false
 		}
-		if badness[v] > badness[worst] {
+		if falseReasons[v].rank > falseReasons[worst].rank {
 			worst, worstID = v, id
 		}
 	}
@@ -240,14 +240,8 @@ func desired(typ corev1.PodConditionType, volumes map[string]Validity) (c corev1
 		return corev1.PodCondition{Type: typ, Status: corev1.ConditionTrue, Reason: ReasonValid,
 			Message: "Every certificate volume holds a valid certificate"}, true
 	}
-	messages := map[Validity]string{
-		ReasonNotIssued:   "has no certificate yet",
-		ReasonGatePending: "has no certificate yet: the driver's readiness gate says not yet",
-		ReasonFailing:     "has no certificate: issuing it fails",
-		ReasonExpired:     "holds a certificate that has expired or is about to",
-	}
 	return corev1.PodCondition{Type: typ, Status: corev1.ConditionFalse, Reason: string(worst),
-		Message: fmt.Sprintf("Volume %s %s", worstID, messages[worst])}, true
+		Message: fmt.Sprintf("Volume %s %s", worstID, falseReasons[worst].message)}, true
 }
 
 // pending returns the condition the pod's volumes call for, and whether sync has a call to
@@ -330,7 +324,8 @@ func (p *Writer) sync(uid types.UID) error {
 		p.markGone(uid)
 		return nil
 	case err != nil:
-		p.learnUnknown(uid)
+		// What the pod carries is not known after a failed patch: it is read again.
+		p.update(uid, func(s *podState) { s.carried, s.known = nil, false })
 		return fmt.Errorf("patching the status of pod %s/%s: %w", namespace, name, apicall.Refusal(err, "patch", apicall.PodStatus, namespace, apicall.DriverAccount))
 	}
 	p.learn(uid, &want)
@@ -341,27 +336,20 @@ func (p *Writer) sync(uid types.UID) error {
 // markGone tells podEnding that the pod no longer exists, then records it.
 func (p *Writer) markGone(uid types.UID) {
 	p.podEnding(uid)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s := p.pods[uid]; s != nil {
-		s.gone = true
-	}
+	p.update(uid, func(s *podState) { s.gone = true })
 }
 
+// learn records the condition the pod is known to carry.
 func (p *Writer) learn(uid types.UID, carried *corev1.PodCondition) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s := p.pods[uid]; s != nil {
-		s.carried, s.known = carried, true
-	}
+	p.update(uid, func(s *podState) { s.carried, s.known = carried, true })
 }
 
-// learnUnknown forgets what the pod carries: after a failed patch it is read again.
-func (p *Writer) learnUnknown(uid types.UID) {
+// update changes the pod's state under the lock, if the pod is still known.
+func (p *Writer) update(uid types.UID, f func(s *podState)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s := p.pods[uid]; s != nil {
-		s.carried, s.known = nil, false
+		f(s)
 	}
 }
 
