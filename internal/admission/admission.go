@@ -142,15 +142,12 @@ func (a *Limits) Wait(ctx context.Context) (release func(), err error) {
 // releaseFunc returns the function that frees an admitted caller's slot; calling it more than
 // once frees it once.
 func (a *Limits) releaseFunc() func() {
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			a.inFlight--
-			a.admitLocked()
-		})
-	}
+	return sync.OnceFunc(func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.inFlight--
+		a.admitLocked()
+	})
 }
 
 // Waiting returns how many callers are waiting in the queue.
