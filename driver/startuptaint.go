@@ -17,6 +17,7 @@ limitations under the License.
 package driver
 
 import (
+	"cmp"
 	"math"
 	"time"
 
@@ -97,23 +98,14 @@ func newStartupTaintRemover(log logr.Logger, opts Options) (*startuptaint.Remove
 	}
 	cfg := startuptaint.Config{
 		DriverName: opts.DriverName,
-		NodeName:   o.NodeName,
-		Window:     o.WatchWindow,
+		NodeName:   cmp.Or(o.NodeName, opts.NodeID),
+		Window:     cmp.Or(o.WatchWindow, DefaultStartupTaintWatchWindow),
 		Backoff:    DefaultStartupTaintBackoff(),
-		Clock:      o.Clock,
+		Clock:      cmp.Or[clock.Clock](o.Clock, clock.RealClock{}),
 		Log:        log.WithName("startup-taint"),
-	}
-	if cfg.NodeName == "" {
-		cfg.NodeName = opts.NodeID
-	}
-	if cfg.Window == 0 {
-		cfg.Window = DefaultStartupTaintWatchWindow
 	}
 	if o.Backoff != nil {
 		cfg.Backoff = *o.Backoff
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
 	}
 	if o.Nodes != nil {
 		cfg.Nodes = o.Nodes.Nodes()
