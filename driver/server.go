@@ -136,13 +136,10 @@ func redactMessage(m protoreflect.Message) {
 	})
 }
 
-// isSecret reports whether the CSI spec marks a field secret.
+// isSecret reports whether the CSI spec marks a field secret. GetExtension gives false for a
+// field without options or without the extension.
 func isSecret(fd protoreflect.FieldDescriptor) bool {
-	opts := fd.Options()
-	if opts == nil || !proto.HasExtension(opts, csi.E_CsiSecret) {
-		return false
-	}
-	secret, _ := proto.GetExtension(opts, csi.E_CsiSecret).(bool)
+	secret, _ := proto.GetExtension(fd.Options(), csi.E_CsiSecret).(bool)
 	return secret
 }
 
