@@ -148,15 +148,12 @@ func isSecret(fd protoreflect.FieldDescriptor) bool {
 func redactField(m protoreflect.Message, fd protoreflect.FieldDescriptor) {
 	switch {
 	case fd.IsMap() && fd.MapValue().Kind() == protoreflect.StringKind:
+		// Range allows setting the entry it visits.
 		mp := m.Mutable(fd).Map()
-		var keys []protoreflect.MapKey
 		mp.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
-			keys = append(keys, k)
+			mp.Set(k, protoreflect.ValueOfString(metadata.Redacted))
 			return true
 		})
-		for _, k := range keys {
-			mp.Set(k, protoreflect.ValueOfString(metadata.Redacted))
-		}
 	case !fd.IsList() && !fd.IsMap() && fd.Kind() == protoreflect.StringKind:
 		m.Set(fd, protoreflect.ValueOfString(metadata.Redacted))
 	default:
