@@ -97,15 +97,11 @@ type Config struct {
 // Writer keeps the condition of each pod with volumes: the pods' volumes and what each
 // contributes, what each pod is known to carry, and a queue of pods to write.
 type Writer struct {
-	typ       corev1.PodConditionType
-	client    corev1client.PodsGetter
-	clock     clock.Clock
-	log       logr.Logger
-	podEnding func(uid types.UID)
-	queue     workqueue.TypedRateLimitingInterface[types.UID]
-	ctx       context.Context // ends on Stop; bounds the API calls
-	cancel    context.CancelFunc
-	done      chan struct{}
+	cfg    Config // its Log named "pod-condition"
+	queue  workqueue.TypedRateLimitingInterface[types.UID]
+	ctx    context.Context // ends on Stop; bounds the API calls
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
@@ -134,12 +130,9 @@ func New(cfg Config) *Writer {
 		qcfg.Clock = c
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	cfg.Log = cfg.Log.WithName("pod-condition")
 	return &Writer{
-		typ:       cfg.Type,
-		client:    cfg.Client,
-		clock:     cfg.Clock,
-		podEnding: cfg.PodEnding,
-		log:       cfg.Log.WithName("pod-condition"),
+		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, time.Minute), qcfg),
 		ctx:    ctx,
@@ -158,7 +151,7 @@ func (p *Writer) Run() {
 			return
 		}
 		if err := p.sync(uid); err != nil {
-			p.log.Error(err, "Writing the pod condition; retrying", "pod_uid", uid)
+			p.cfg.Log.Error(err, "Writing the pod condition; retrying", "pod_uid", uid)
 			p.queue.AddRateLimited(uid)
 		} else {
 			p.queue.Forget(uid)
@@ -204,7 +197,7 @@ func (p *Writer) SetVolume(pod *corev1.ObjectReference, volumeID string, validit
 	if s.gone {
 		return
 	}
-	if _, act := pending(p.typ, s); act || p.syncing == pod.UID {
+	if _, act := pending(p.cfg.Type, s); act || p.syncing == pod.UID {
 		p.queue.Add(pod.UID)
 	}
 }
@@ -274,7 +267,7 @@ func (p *Writer) sync(uid types.UID) error {
 		p.mu.Unlock()
 		return nil
 	}
-	want, act := pending(p.typ, s)
+	want, act := pending(p.cfg.Type, s)
 	if !act {
 		p.mu.Unlock()
 		return nil
@@ -287,9 +280,9 @@ func (p *Writer) sync(uid types.UID) error {
 		p.syncing = ""
 		p.mu.Unlock()
 	}()
-	log := p.log.WithValues("pod", name, "namespace", namespace)
+	log := p.cfg.Log.WithValues("pod", name, "namespace", namespace)
 	if !known {
-		pod, err := p.client.Pods(namespace).Get(p.ctx, name, metav1.GetOptions{})
+		pod, err := p.cfg.Client.Pods(namespace).Get(p.ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || err == nil && pod.UID != uid {
 			p.markGone(uid)
 			return nil
@@ -298,15 +291,15 @@ func (p *Writer) sync(uid types.UID) error {
 			return fmt.Errorf("reading pod %s/%s: %w", namespace, name, apicall.Refusal(err, "get", apicall.Pods, namespace, apicall.DriverAccount))
 		}
 		if pod.DeletionTimestamp != nil {
-			p.podEnding(uid)
+			p.cfg.PodEnding(uid)
 		}
-		carried = findCondition(pod.Status.Conditions, p.typ)
+		carried = findCondition(pod.Status.Conditions, p.cfg.Type)
 		p.learn(uid, carried)
 	}
 	if sameCondition(carried, &want) {
 		return nil
 	}
-	want.LastTransitionTime = metav1.NewTime(p.clock.Now())
+	want.LastTransitionTime = metav1.NewTime(p.cfg.Clock.Now())
 	if carried != nil && carried.Status == want.Status {
 		want.LastTransitionTime = carried.LastTransitionTime
 	}
@@ -318,7 +311,7 @@ func (p *Writer) sync(uid types.UID) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.client.Pods(namespace).Patch(p.ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = p.cfg.Client.Pods(namespace).Patch(p.ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	switch {
 	case apierrors.IsNotFound(err):
 		p.markGone(uid)
@@ -329,13 +322,13 @@ func (p *Writer) sync(uid types.UID) error {
 		return fmt.Errorf("patching the status of pod %s/%s: %w", namespace, name, apicall.Refusal(err, "patch", apicall.PodStatus, namespace, apicall.DriverAccount))
 	}
 	p.learn(uid, &want)
-	log.V(2).Info("Pod condition written", "type", p.typ, "status", want.Status, "reason", want.Reason)
+	log.V(2).Info("Pod condition written", "type", p.cfg.Type, "status", want.Status, "reason", want.Reason)
 	return nil
 }
 
 // markGone tells podEnding that the pod no longer exists, then records it.
 func (p *Writer) markGone(uid types.UID) {
-	p.podEnding(uid)
+	p.cfg.PodEnding(uid)
 	p.update(uid, func(s *podState) { s.gone = true })
 }
 
