@@ -81,10 +81,15 @@ type Driver struct {
 
 	mu      sync.Mutex
 	stopped bool
-	// endTaint ends the taint's removal and taintDone closes once it has ended; both are set
-	// when Run starts the removal.
-	endTaint  context.CancelFunc
-	taintDone chan struct{}
+	// taintRun is the removal Run started (nil before): Stop ends it and waits for it. It is a
+	// pointer so that Driver stays comparable, as upstream's is.
+	taintRun *taintRun
+}
+
+// taintRun is a startup taint removal running in the background.
+type taintRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // New listens on endpoint ("unix:///path/to/csi.sock" or "tcp://host:port", the scheme in any
@@ -135,14 +140,14 @@ func (d *Driver) Run() error {
 		return d.err
 	}
 	d.mu.Lock()
-	if d.taint != nil && d.taintDone == nil && !d.stopped {
-		var ctx context.Context
-		ctx, d.endTaint = context.WithCancel(context.Background())
-		d.taintDone = make(chan struct{})
-		go func(done chan struct{}) {
-			defer close(done)
+	if d.taint != nil && d.taintRun == nil && !d.stopped {
+		ctx, cancel := context.WithCancel(context.Background())
+		run := &taintRun{cancel: cancel, done: make(chan struct{})}
+		d.taintRun = run
+		go func() {
+			defer close(run.done)
 			d.taint.Run(ctx)
-		}(d.taintDone)
+		}()
 	}
 	d.mu.Unlock()
 	return d.server.Run()
@@ -152,11 +157,11 @@ func (d *Driver) Run() error {
 func (d *Driver) Stop() {
 	d.mu.Lock()
 	d.stopped = true
-	endTaint, taintDone := d.endTaint, d.taintDone
+	run := d.taintRun
 	d.mu.Unlock()
-	if endTaint != nil {
-		endTaint()
-		<-taintDone
+	if run != nil {
+		run.cancel()
+		<-run.done
 	}
 	d.server.Stop()
 }
