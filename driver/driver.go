@@ -32,6 +32,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/startuptaint"
 	"github.com/cert-manager/csi-lib/manager"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
@@ -75,10 +76,20 @@ type Driver struct {
 	// err is what NewWithListener found wrong with its options: Run returns it.
 	err error
 
+	// taint removes the node's startup taint; nil without RemoveStartupTaint.
+	taint *startuptaint.Remover
+
 	mu      sync.Mutex
-	started bool
 	stopped bool
-	taint   *startupTaint
+	// taintRun is the removal Run started (nil before): Stop ends it and waits for it. It is a
+	// pointer so that Driver stays comparable, as upstream's is.
+	taintRun *taintRun
+}
+
+// taintRun is a startup taint removal running in the background.
+type taintRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // New listens on endpoint ("unix:///path/to/csi.sock" or "tcp://host:port", the scheme in any
@@ -108,19 +119,16 @@ func NewWithListener(lis net.Listener, log logr.Logger, opts Options) *Driver {
 	if opts.Mounter == nil {
 		opts.Mounter = mount.New("")
 	}
-	ns := newNodeServer(log, opts)
+	ns := &nodeServer{Options: opts, log: log.WithName("node")}
 	d := &Driver{
 		server: NewGRPCServerWithListener(lis, log, NewIdentityServer(opts.DriverName, opts.DriverVersion), &controllerServer{}, ns),
 	}
-	r, err := newStartupTaintRemover(log, opts)
-	if err != nil {
-		d.err = err
-	} else if r != nil && opts.RemoveStartupTaint.Metrics != nil {
+	d.taint, d.err = newStartupTaintRemover(log, opts)
+	if d.taint != nil && opts.RemoveStartupTaint.Metrics != nil {
 		met := opts.RemoveStartupTaint.Metrics
 		met.EnableStartupTaintRemovals()
 		met.AddStartupTaintRemovals(util.HashIdentifier(opts.NodeID), 0)
 	}
-	d.taint = newStartupTaint(r)
 	return d
 }
 
@@ -132,9 +140,14 @@ func (d *Driver) Run() error {
 		return d.err
 	}
 	d.mu.Lock()
-	if !d.started && !d.stopped {
-		d.started = true
-		d.taint.start()
+	if d.taint != nil && d.taintRun == nil && !d.stopped {
+		ctx, cancel := context.WithCancel(context.Background())
+		run := &taintRun{cancel: cancel, done: make(chan struct{})}
+		d.taintRun = run
+		go func() {
+			defer close(run.done)
+			d.taint.Run(ctx)
+		}()
 	}
 	d.mu.Unlock()
 	return d.server.Run()
@@ -143,12 +156,12 @@ func (d *Driver) Run() error {
 // Stop stops serving, letting calls in flight finish, and ends the startup taint's removal.
 func (d *Driver) Stop() {
 	d.mu.Lock()
-	started := d.started
-	first := !d.stopped
 	d.stopped = true
+	run := d.taintRun
 	d.mu.Unlock()
-	if first {
-		d.taint.stop(started)
+	if run != nil {
+		run.cancel()
+		<-run.done
 	}
 	d.server.Stop()
 }

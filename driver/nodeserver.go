@@ -42,29 +42,14 @@ const (
 	publishTimeout = 60 * time.Second
 )
 
+// nodeServer serves the node service with the driver's Options (Mounter set).
 type nodeServer struct {
 	csi.UnimplementedNodeServer
+	Options
 
-	log                logr.Logger
-	nodeID             string
-	store              storage.Interface
-	manager            *manager.Manager
-	mounter            mount.Interface
-	continueOnNotReady bool
-
+	log logr.Logger
 	// volumes serialises operations per volume ID.
 	volumes keylock.Locks
-}
-
-func newNodeServer(log logr.Logger, opts Options) *nodeServer {
-	return &nodeServer{
-		log:                log.WithName("node"),
-		nodeID:             opts.NodeID,
-		store:              opts.Store,
-		manager:            opts.Manager,
-		mounter:            opts.Mounter,
-		continueOnNotReady: opts.ContinueOnNotReady,
-	}
 }
 
 // validatePublish checks a publish request before any lock or I/O. Bad input gets
@@ -86,7 +71,7 @@ func (ns *nodeServer) validatePublish(req *csi.NodePublishVolumeRequest) error {
 	if req.GetVolumeCapability().GetBlock() != nil {
 		return status.Error(codes.InvalidArgument, "volume_capability: block access is not supported")
 	}
-	if v, ok := ns.store.(storage.MetadataValidator); ok {
+	if v, ok := ns.Store.(storage.MetadataValidator); ok {
 		if err := v.ValidateMetadata(metadata.FromNodePublishVolumeRequest(req)); err != nil {
 			return status.Errorf(codes.InvalidArgument, "volume_context: %v", err)
 		}
@@ -116,16 +101,16 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 	defer unlock()
 
 	meta := metadata.FromNodePublishVolumeRequest(req)
-	if ns.continueOnNotReady {
+	if ns.ContinueOnNotReady {
 		// A zero time marks "managed, no certificate yet".
 		meta.NextIssuanceTime = &time.Time{}
 	}
-	if _, err := ns.store.RegisterMetadata(meta); err != nil {
+	if _, err := ns.Store.RegisterMetadata(meta); err != nil {
 		return nil, status.Errorf(codes.Internal, "registering volume %q: %v", id, err)
 	}
 	// The one read of the publish: registering keeps a stored volume's Mounted and
 	// NextIssuanceTime, and the manager decides on what was read here.
-	stored, err := ns.store.ReadMetadata(id)
+	stored, err := ns.Store.ReadMetadata(id)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "reading metadata of volume %q: %v", id, err)
 	}
@@ -140,7 +125,7 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 	if err := ns.obtainCertificate(ctx, id, stored); err != nil {
 		return nil, err
 	}
-	if err := ns.ensureMounted(log, ns.store.PathForVolume(id), req.GetTargetPath()); err != nil {
+	if err := ns.ensureMounted(log, ns.Store.PathForVolume(id), req.GetTargetPath()); err != nil {
 		foreignMount = errors.Is(err, errForeignMount)
 		return nil, status.Errorf(codes.Internal, "mounting volume %q at %s: %v", id, req.GetTargetPath(), err)
 	}
@@ -156,15 +141,15 @@ func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublis
 
 // recordMounted persists Mounted true, atomically when the store can (storage.MountRecorder).
 func (ns *nodeServer) recordMounted(id string) error {
-	if r, ok := ns.store.(storage.MountRecorder); ok {
+	if r, ok := ns.Store.(storage.MountRecorder); ok {
 		return r.SetMounted(id)
 	}
-	stored, err := ns.store.ReadMetadata(id)
+	stored, err := ns.Store.ReadMetadata(id)
 	if err != nil {
 		return err
 	}
 	stored.Mounted = true
-	return ns.store.WriteMetadata(id, stored)
+	return ns.Store.WriteMetadata(id, stored)
 }
 
 // lockVolume waits until no other operation holds the volume. It gives up with Aborted before
@@ -192,13 +177,14 @@ func (ns *nodeServer) lockVolume(ctx context.Context, id string) (func(), error)
 // as DeadlineExceeded: the request stays pending and kubelet's retry resumes it. A pod that is
 // terminating (manager.ErrPodTerminating) gets Aborted at once, which makes kubelet unpublish.
 func (ns *nodeServer) obtainCertificate(ctx context.Context, id string, stored metadata.Metadata) error {
-	err := ns.manager.ManageVolumeForPublish(ctx, stored, ns.continueOnNotReady)
+	err := ns.Manager.ManageVolumeForPublish(ctx, stored, ns.ContinueOnNotReady)
 	var notReady *manager.NotReadyToRequestError
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &notReady) && !ns.continueOnNotReady:
-		return notReadyError(notReady.Reason)
+	case errors.As(err, &notReady) && !ns.ContinueOnNotReady:
+		// The text drivers match on.
+		return status.Errorf(codes.Unknown, "volume is not yet ready to be setup, will be retried: %s", notReady.Reason)
 	case errors.Is(err, manager.ErrPodTerminating):
 		// A code kubelet takes as "maybe mounted": it unpublishes the volume, and the pod goes.
 		return status.Errorf(codes.Aborted, "not publishing volume %q: %v", id, err)
@@ -212,11 +198,6 @@ func (ns *nodeServer) obtainCertificate(ctx context.Context, id string, stored m
 	}
 }
 
-// notReadyError is the error for a volume not ready to request, with the text drivers match on.
-func notReadyError(reason string) error {
-	return status.Error(codes.Unknown, fmt.Sprintf("volume is not yet ready to be setup, will be retried: %s", reason))
-}
-
 // targetPathMode is the mode of a target path the node server creates.
 const targetPathMode = 0o440
 
@@ -225,46 +206,26 @@ func (ns *nodeServer) ensureMounted(log logr.Logger, src, target string) error {
 	if err := os.MkdirAll(target, targetPathMode); err != nil {
 		return err
 	}
-	notMnt, err := ns.mounter.IsLikelyNotMountPoint(target)
+	notMnt, err := ns.Mounter.IsLikelyNotMountPoint(target)
 	if err != nil {
 		return err
 	}
 	if !notMnt {
 		return ns.checkExistingMount(log, src, target)
 	}
-	return ns.mounter.Mount(src, target, "", []string{"bind", "ro"})
+	return ns.Mounter.Mount(src, target, "", []string{"bind", "ro"})
 }
 
 // checkExistingMount vets a target path that is already mounted (kubelet retrying, or a crash
 // between the bind mount and its read-only remount). A read-only bind of this volume's data
 // directory is what a publish makes: nothing to do. A writable one of it is repaired (unmounted
-// and bound again read-only). A mount of anything else is refused and left alone.
+// and bound again read-only). A mount of anything else is refused and left alone. The mount
+// shows src when the mount table names src as its source, or when target resolves to the same
+// directory as src, which is what a bind mount of src does.
 func (ns *nodeServer) checkExistingMount(log logr.Logger, src, target string) error {
-	fromSource, readOnly, err := ns.inspectMount(src, target)
+	mps, err := ns.Mounter.List()
 	if err != nil {
-		return err
-	}
-	if !fromSource {
-		return fmt.Errorf("%w: target path %s is mounted from something other than the volume's data directory %s", errForeignMount, target, src)
-	}
-	if readOnly {
-		log.V(2).Info("Target path already mounted read-only; nothing to do", "target_path", target)
-		return nil
-	}
-	log.Info("Target path is a writable bind mount of the volume (a crash before the read-only remount?); mounting it read-only again", "target_path", target)
-	if err := ns.mounter.Unmount(target); err != nil {
-		return fmt.Errorf("unmounting the writable bind mount at %s: %w", target, err)
-	}
-	return ns.mounter.Mount(src, target, "", []string{"bind", "ro"})
-}
-
-// inspectMount reports whether the mount at target shows src (the mount table names src as its
-// source, or target resolves to the same directory as src, which is what a bind mount of src
-// does) and whether it is read-only.
-func (ns *nodeServer) inspectMount(src, target string) (fromSource, readOnly bool, err error) {
-	mps, err := ns.mounter.List()
-	if err != nil {
-		return false, false, fmt.Errorf("listing mounts: %w", err)
+		return fmt.Errorf("listing mounts: %w", err)
 	}
 	var mp *mount.MountPoint
 	for i := range mps {
@@ -273,10 +234,20 @@ func (ns *nodeServer) inspectMount(src, target string) (fromSource, readOnly boo
 		}
 	}
 	if mp == nil {
-		return false, false, fmt.Errorf("target path %s is a mount point missing from the mount table", target)
+		return fmt.Errorf("target path %s is a mount point missing from the mount table", target)
 	}
-	fromSource = mp.Device == src || sameDirectory(src, target)
-	return fromSource, slices.Contains(mp.Opts, "ro"), nil
+	if mp.Device != src && !sameDirectory(src, target) {
+		return fmt.Errorf("%w: target path %s is mounted from something other than the volume's data directory %s", errForeignMount, target, src)
+	}
+	if slices.Contains(mp.Opts, "ro") {
+		log.V(2).Info("Target path already mounted read-only; nothing to do", "target_path", target)
+		return nil
+	}
+	log.Info("Target path is a writable bind mount of the volume (a crash before the read-only remount?); mounting it read-only again", "target_path", target)
+	if err := ns.Mounter.Unmount(target); err != nil {
+		return fmt.Errorf("unmounting the writable bind mount at %s: %w", target, err)
+	}
+	return ns.Mounter.Mount(src, target, "", []string{"bind", "ro"})
 }
 
 // sameDirectory reports whether two paths resolve to the same file.
@@ -298,14 +269,14 @@ var errForeignMount = errors.New("refusing to publish over a mount that is not t
 // series. Pending keys stay, and so do the series for a retention: kubelet will retry the same
 // volume, which keeps them.
 func (ns *nodeServer) tearDownFailedPublish(log logr.Logger, id, target string, unmount bool) {
-	ns.manager.UnmanageVolume(id)
-	ns.manager.RetireVolumeMetricSeries(id)
+	ns.Manager.UnmanageVolume(id)
+	ns.Manager.RetireVolumeMetricSeries(id)
 	if !unmount {
 		log.Info("Leaving the target path's mount alone: it is not the volume's", "target_path", target)
-	} else if err := mount.CleanupMountPoint(target, ns.mounter, true); err != nil {
+	} else if err := mount.CleanupMountPoint(target, ns.Mounter, true); err != nil {
 		log.Error(err, "Cleaning up target path after a failed publish", "target_path", target)
 	}
-	if err := ns.store.RemoveVolume(id); err != nil {
+	if err := ns.Store.RemoveVolume(id); err != nil {
 		log.Error(err, "Removing volume after a failed publish")
 	}
 }
@@ -328,14 +299,14 @@ func (ns *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpu
 	}
 	defer unlock()
 
-	ns.manager.UnmanageVolume(id)
-	if err := mount.CleanupMountPoint(req.GetTargetPath(), ns.mounter, true); err != nil {
+	ns.Manager.UnmanageVolume(id)
+	if err := mount.CleanupMountPoint(req.GetTargetPath(), ns.Mounter, true); err != nil {
 		return nil, status.Errorf(codes.Internal, "unmounting %s: %v", req.GetTargetPath(), err)
 	}
-	if err := ns.store.RemoveVolume(id); err != nil {
+	if err := ns.Store.RemoveVolume(id); err != nil {
 		return nil, status.Errorf(codes.Internal, "removing volume %q: %v", id, err)
 	}
-	ns.manager.RetireVolumeMetricSeries(id)
+	ns.Manager.RetireVolumeMetricSeries(id)
 	log.Info("Volume unpublished", "target_path", req.GetTargetPath())
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
@@ -347,5 +318,5 @@ func (ns *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilit
 }
 
 func (ns *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{NodeId: ns.nodeID}, nil
+	return &csi.NodeGetInfoResponse{NodeId: ns.NodeID}, nil
 }

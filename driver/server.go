@@ -106,13 +106,10 @@ func redact(v any) any {
 	return c
 }
 
+// redactMessage redacts m in place. Range allows changing the field it visits, and every
+// change below is to that field or to messages inside it.
 func redactMessage(m protoreflect.Message) {
-	var fields []protoreflect.FieldDescriptor
 	m.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
-		fields = append(fields, fd)
-		return true
-	})
-	for _, fd := range fields {
 		switch {
 		case isSecret(fd):
 			redactField(m, fd)
@@ -135,16 +132,14 @@ func redactMessage(m protoreflect.Message) {
 		case !fd.IsList() && !fd.IsMap() && fd.Kind() == protoreflect.MessageKind:
 			redactMessage(m.Get(fd).Message())
 		}
-	}
+		return true
+	})
 }
 
-// isSecret reports whether the CSI spec marks a field secret.
+// isSecret reports whether the CSI spec marks a field secret. GetExtension gives false for a
+// field without options or without the extension.
 func isSecret(fd protoreflect.FieldDescriptor) bool {
-	opts := fd.Options()
-	if opts == nil || !proto.HasExtension(opts, csi.E_CsiSecret) {
-		return false
-	}
-	secret, _ := proto.GetExtension(opts, csi.E_CsiSecret).(bool)
+	secret, _ := proto.GetExtension(fd.Options(), csi.E_CsiSecret).(bool)
 	return secret
 }
 
@@ -153,15 +148,12 @@ func isSecret(fd protoreflect.FieldDescriptor) bool {
 func redactField(m protoreflect.Message, fd protoreflect.FieldDescriptor) {
 	switch {
 	case fd.IsMap() && fd.MapValue().Kind() == protoreflect.StringKind:
+		// Range allows setting the entry it visits.
 		mp := m.Mutable(fd).Map()
-		var keys []protoreflect.MapKey
 		mp.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
-			keys = append(keys, k)
+			mp.Set(k, protoreflect.ValueOfString(metadata.Redacted))
 			return true
 		})
-		for _, k := range keys {
-			mp.Set(k, protoreflect.ValueOfString(metadata.Redacted))
-		}
 	case !fd.IsList() && !fd.IsMap() && fd.Kind() == protoreflect.StringKind:
 		m.Set(fd, protoreflect.ValueOfString(metadata.Redacted))
 	default:

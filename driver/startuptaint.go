@@ -17,7 +17,7 @@ limitations under the License.
 package driver
 
 import (
-	"context"
+	"cmp"
 	"math"
 	"time"
 
@@ -98,23 +98,14 @@ func newStartupTaintRemover(log logr.Logger, opts Options) (*startuptaint.Remove
 	}
 	cfg := startuptaint.Config{
 		DriverName: opts.DriverName,
-		NodeName:   o.NodeName,
-		Window:     o.WatchWindow,
+		NodeName:   cmp.Or(o.NodeName, opts.NodeID),
+		Window:     cmp.Or(o.WatchWindow, DefaultStartupTaintWatchWindow),
 		Backoff:    DefaultStartupTaintBackoff(),
-		Clock:      o.Clock,
+		Clock:      cmp.Or[clock.Clock](o.Clock, clock.RealClock{}),
 		Log:        log.WithName("startup-taint"),
-	}
-	if cfg.NodeName == "" {
-		cfg.NodeName = opts.NodeID
-	}
-	if cfg.Window == 0 {
-		cfg.Window = DefaultStartupTaintWatchWindow
 	}
 	if o.Backoff != nil {
 		cfg.Backoff = *o.Backoff
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
 	}
 	if o.Nodes != nil {
 		cfg.Nodes = o.Nodes.Nodes()
@@ -127,42 +118,4 @@ func newStartupTaintRemover(log logr.Logger, opts Options) (*startuptaint.Remove
 		cfg.Removed = func(n int) { met.AddStartupTaintRemovals(node, n) }
 	}
 	return startuptaint.New(cfg)
-}
-
-// startupTaint runs a remover in the background until stopped.
-type startupTaint struct {
-	remover *startuptaint.Remover
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
-}
-
-func newStartupTaint(r *startuptaint.Remover) *startupTaint {
-	if r == nil {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &startupTaint{remover: r, ctx: ctx, cancel: cancel, done: make(chan struct{})}
-}
-
-// start runs the remover on a goroutine of its own; call it once.
-func (s *startupTaint) start() {
-	if s == nil {
-		return
-	}
-	go func() {
-		defer close(s.done)
-		s.remover.Run(s.ctx)
-	}()
-}
-
-// stop ends the remover and, if it was started, waits for it.
-func (s *startupTaint) stop(started bool) {
-	if s == nil {
-		return
-	}
-	s.cancel()
-	if started {
-		<-s.done
-	}
 }

@@ -25,6 +25,7 @@ limitations under the License.
 package metadata
 
 import (
+	"maps"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -99,15 +100,9 @@ func (m Metadata) MarshalLog() any {
 // RedactVolumeContext returns a copy of a volume context with the service-account token value
 // replaced by "[REDACTED]". The input is not modified.
 func RedactVolumeContext(volumeContext map[string]string) map[string]string {
-	if volumeContext == nil {
-		return nil
-	}
-	out := make(map[string]string, len(volumeContext))
-	for k, v := range volumeContext {
-		if k == SATokenVolumeContextKey {
-			v = Redacted
-		}
-		out[k] = v
+	out := maps.Clone(volumeContext)
+	if _, ok := out[SATokenVolumeContextKey]; ok {
+		out[SATokenVolumeContextKey] = Redacted
 	}
 	return out
 }

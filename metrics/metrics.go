@@ -58,7 +58,6 @@ const subsystem = "csi"
 
 // Metrics holds the library's metrics on one registry.
 type Metrics struct {
-	mu       sync.Mutex
 	log      logr.Logger
 	registry *prometheus.Registry
 
@@ -75,13 +74,16 @@ type Metrics struct {
 	admissionWaiting          *prometheus.GaugeVec
 	admissionWaitsTotal       *prometheus.CounterVec
 
-	// volumeStates is registered only by EnableVolumeStateGauge (or EnableExtendedMetrics).
+	// volumeStates is registered, and set, only once volumeStatesOn is set by
+	// EnableVolumeStateGauge (or EnableExtendedMetrics).
 	volumeStatesOnce sync.Once
+	volumeStatesOn   atomic.Bool
 	volumeStates     *prometheus.GaugeVec
 
-	// startupTaintRemovals is registered only by EnableStartupTaintRemovals (which the driver's
-	// opt-in startup taint option calls).
+	// startupTaintRemovals is registered, and counted, only once startupTaintOn is set by
+	// EnableStartupTaintRemovals (which the driver's opt-in startup taint option calls).
 	startupTaintOnce     sync.Once
+	startupTaintOn       atomic.Bool
 	startupTaintRemovals *prometheus.CounterVec
 }
 
@@ -145,6 +147,14 @@ func New(nodeId string, logger *logr.Logger, registry *prometheus.Registry, meta
 			Namespace: namespace, Subsystem: subsystem, Name: "issuance_admission_waits_total",
 			Help: "The number of issuance attempts that had to wait for admission (MaxConcurrentIssuances or IssuanceRateLimit). Not counted as errors.",
 		}, []string{"node"}),
+		volumeStates: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "volumes",
+			Help: "The number of managed volumes in each state: issued, pending, gate_pending, failing, overdue, expired.",
+		}, []string{"node", "state"}),
+		startupTaintRemovals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "startup_taint_removals_total",
+			Help: "The number of startup taints (<driver name>/agent-not-ready) the driver removed from its node.",
+		}, []string{"node"}),
 	}
 	m.requests = newCertificateRequestCollector(util.HashIdentifier(nodeId), metadataReader, certificateRequestLister)
 	registry.MustRegister(m.issueCallCountTotal, m.issueErrorCountTotal, m.requests)
@@ -204,41 +214,24 @@ func (m *Metrics) EnableVolumeStateGauge() {
 		return
 	}
 	m.volumeStatesOnce.Do(func() {
-		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: subsystem, Name: "volumes",
-			Help: "The number of managed volumes in each state: issued, pending, gate_pending, failing, overdue, expired.",
-		}, []string{"node", "state"})
-		m.registry.MustRegister(g)
-		m.mu.Lock()
-		m.volumeStates = g
-		m.mu.Unlock()
+		m.registry.MustRegister(m.volumeStates)
+		m.volumeStatesOn.Store(true)
 	})
 }
 
 // VolumeStateGaugeEnabled reports whether EnableVolumeStateGauge was called.
 func (m *Metrics) VolumeStateGaugeEnabled() bool {
-	if m == nil {
-		return false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.volumeStates != nil
+	return m != nil && m.volumeStatesOn.Load()
 }
 
 // SetVolumeStates sets certmanager_csi_volumes for the node: every state of VolumeStates, zero
 // where counts has none. It does nothing unless EnableVolumeStateGauge was called.
 func (m *Metrics) SetVolumeStates(nodeNameHash string, counts map[string]int) {
-	if m == nil {
-		return
-	}
-	m.mu.Lock()
-	g := m.volumeStates
-	m.mu.Unlock()
-	if g == nil {
+	if !m.VolumeStateGaugeEnabled() {
 		return
 	}
 	for _, state := range VolumeStates {
-		g.WithLabelValues(nodeNameHash, state).Set(float64(counts[state]))
+		m.volumeStates.WithLabelValues(nodeNameHash, state).Set(float64(counts[state]))
 	}
 }
 
@@ -252,28 +245,16 @@ func (m *Metrics) EnableStartupTaintRemovals() {
 		return
 	}
 	m.startupTaintOnce.Do(func() {
-		c := prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem, Name: "startup_taint_removals_total",
-			Help: "The number of startup taints (<driver name>/agent-not-ready) the driver removed from its node.",
-		}, []string{"node"})
-		m.registry.MustRegister(c)
-		m.mu.Lock()
-		m.startupTaintRemovals = c
-		m.mu.Unlock()
+		m.registry.MustRegister(m.startupTaintRemovals)
+		m.startupTaintOn.Store(true)
 	})
 }
 
 // AddStartupTaintRemovals adds n startup taints removed from the node (0 creates the node's
 // series at zero). It does nothing unless EnableStartupTaintRemovals was called.
 func (m *Metrics) AddStartupTaintRemovals(nodeNameHash string, n int) {
-	if m == nil {
-		return
-	}
-	m.mu.Lock()
-	c := m.startupTaintRemovals
-	m.mu.Unlock()
-	if c != nil {
-		c.WithLabelValues(nodeNameHash).Add(float64(n))
+	if m != nil && m.startupTaintOn.Load() {
+		m.startupTaintRemovals.WithLabelValues(nodeNameHash).Add(float64(n))
 	}
 }
 

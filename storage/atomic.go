@@ -198,12 +198,6 @@ func removeStale(dir, gen string, keep map[string]bool) ([]string, error) {
 	return removed, nil
 }
 
-// isTempFile reports whether a name in a volume directory is the temporary file of an
-// interrupted atomic write (writeFileAtomic's "."+name+".tmp-*").
-func isTempFile(name string) bool {
-	return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-")
-}
-
 func writeGenerationFile(path string, content []byte, gid *int64) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err == nil {

@@ -33,11 +33,8 @@ func encodeOnDisk(meta metadata.Metadata) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// raw is a JSON object with at least volumeID and targetPath: it ends in '}'.
-	out := make([]byte, 0, len(raw)+16)
-	out = append(out, raw[:len(raw)-1]...)
-	out = fmt.Appendf(out, `,"mounted":%t}`, meta.Mounted)
-	return out, nil
+	// raw, ours alone, is a JSON object with at least volumeID and targetPath: it ends in '}'.
+	return fmt.Appendf(raw[:len(raw)-1], `,"mounted":%t}`, meta.Mounted), nil
 }
 
 // upstreamJSON is upstream's encoding of metadata: json.Marshal with Mounted false, so that

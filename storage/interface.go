@@ -17,6 +17,7 @@ limitations under the License.
 package storage
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -220,9 +221,7 @@ func cleanFilePath(name string) (string, error) {
 func fsGroupOf(meta metadata.Metadata, attrKey string) (*int64, error) {
 	value := meta.VolumeMountGroup
 	if attrKey != "" {
-		if v := meta.VolumeContext[attrKey]; v != "" {
-			value = v
-		}
+		value = cmp.Or(meta.VolumeContext[attrKey], value)
 	}
 	if value == "" {
 		return nil, nil

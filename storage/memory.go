@@ -50,7 +50,7 @@ type MemoryFS struct {
 }
 
 type memVolume struct {
-	files   map[string][]byte // "metadata.json" included
+	files   map[string][]byte // "metadata.json" included; never nil
 	mounted bool
 	// pendingKey is kept beside the files, so ReadFiles stays upstream's map.
 	pendingKey []byte
@@ -75,7 +75,7 @@ func (m *MemoryFS) locked(volumeID string, f func() error) error {
 }
 
 // volume runs f under the lock on the volume: ErrNotFound for an unknown volume unless create
-// is set, in which case the volume is created. The files map of the volume f gets is never nil.
+// is set, in which case the volume is created.
 func (m *MemoryFS) volume(volumeID string, create bool, f func(v *memVolume) error) error {
 	return m.locked(volumeID, func() error {
 		v, ok := m.volumes[volumeID]
@@ -83,11 +83,8 @@ func (m *MemoryFS) volume(volumeID string, create bool, f func(v *memVolume) err
 			if !create {
 				return ErrNotFound
 			}
-			v = &memVolume{}
+			v = &memVolume{files: make(map[string][]byte)}
 			m.volumes[volumeID] = v
-		}
-		if v.files == nil {
-			v.files = make(map[string][]byte)
 		}
 		return f(v)
 	})
@@ -95,7 +92,7 @@ func (m *MemoryFS) volume(volumeID string, create bool, f func(v *memVolume) err
 
 // NewMemoryFS returns an empty in-memory store.
 func NewMemoryFS() *MemoryFS {
-	return &MemoryFS{volumes: make(map[string]*memVolume)}
+	return &MemoryFS{volumes: make(map[string]*memVolume), sweptKeys: make(map[string][]byte)}
 }
 
 // PathForVolume returns the volume ID itself (fake mounters record it
@@ -268,9 +265,6 @@ func (m *MemoryFS) keepPendingKey(volumeID string) (bool, error) {
 	v, ok := m.volumes[volumeID]
 	if !ok || v.pendingKey == nil {
 		return false, nil
-	}
-	if m.sweptKeys == nil {
-		m.sweptKeys = make(map[string][]byte)
 	}
 	m.sweptKeys[volumeID] = v.pendingKey
 	v.pendingKey = nil

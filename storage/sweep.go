@@ -97,7 +97,8 @@ func (f *Filesystem) removeCrashLeftovers(id string) ([]string, error) {
 	}
 	var removed []string
 	for _, e := range entries {
-		if isTempFile(e.Name()) {
+		// The temporary file of an interrupted writeFileAtomic: "."+name+".tmp-*".
+		if strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), ".tmp-") {
 			if err := os.Remove(filepath.Join(f.volumeDir(id), e.Name())); err != nil {
 				return removed, err
 			}

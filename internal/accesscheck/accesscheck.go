@@ -42,12 +42,6 @@ type Rule struct {
 	NeededFor string
 }
 
-// ClusterRole gives the rule in the form an operator pastes into a ClusterRole's rules (YAML
-// flow style, single-quoted so that a structured log's escaping leaves it intact).
-func (r Rule) ClusterRole() string {
-	return fmt.Sprintf("- {apiGroups: ['%s'], resources: ['%s'], verbs: ['%s']}", r.Group, r.Resource, strings.Join(r.Verbs, "', '"))
-}
-
 // checkTimeout bounds the start-up access check as a whole.
 const checkTimeout = 10 * time.Second
 
@@ -79,9 +73,11 @@ func Check(ctx context.Context, rc rest.Interface, rules []Rule, log logr.Logger
 			continue
 		}
 		lacking++
-		add := Rule{Group: rule.Group, Resource: rule.Resource, Verbs: missing}
+		// The rule to add in the form an operator pastes into a ClusterRole's rules: YAML flow
+		// style, single-quoted so that a structured log's escaping leaves it intact.
+		add := fmt.Sprintf("- {apiGroups: ['%s'], resources: ['%s'], verbs: ['%s']}", rule.Group, rule.Resource, strings.Join(missing, "', '"))
 		log.Error(nil, "The driver's account lacks a permission the library needs in all namespaces; add this rule to its ClusterRole",
-			"rule", add.ClusterRole(), "needed_for", rule.NeededFor)
+			"rule", add, "needed_for", rule.NeededFor)
 	}
 	log.V(1).Info("Checked the driver's permissions at start", "rules", len(rules), "rules_lacking", lacking)
 }

@@ -55,15 +55,11 @@ type Config struct {
 // Limits is the node's slots, token bucket and the queue in front of both. A wait ends at once
 // when the waiter's context does.
 type Limits struct {
-	clock clock.Clock
-	max   int
+	cfg Config
 	// bucket is the token bucket, asked with explicit times on the injected clock; nil: no rate
 	// limit. It only answers whether a token is there and takes it: the queue is ours, so the
 	// head of the queue is always the next one served.
 	bucket *rate.Limiter
-	// waitingChanged reports the queue length after every change; waited counts one wait.
-	waitingChanged func(n int)
-	waited         func()
 
 	mu        sync.Mutex
 	inFlight  int
@@ -81,12 +77,7 @@ type waiter struct {
 
 // New returns the limits c describes, with every slot free and the bucket full.
 func New(c Config) *Limits {
-	a := &Limits{
-		clock:          c.Clock,
-		max:            c.Slots,
-		waitingChanged: c.WaitingChanged,
-		waited:         c.Waited,
-	}
+	a := &Limits{cfg: c}
 	if c.PerSecond != 0 {
 		a.bucket = rate.NewLimiter(rate.Limit(c.PerSecond), c.Burst) // starts full
 	}
@@ -112,8 +103,8 @@ func (a *Limits) Wait(ctx context.Context) (release func(), err error) {
 	w := &waiter{ready: make(chan struct{})}
 	a.mu.Lock()
 	w.elem = a.queue.PushBack(w)
-	a.waited()
-	a.waitingChanged(a.queue.Len())
+	a.cfg.Waited()
+	a.cfg.WaitingChanged(a.queue.Len())
 	a.admitLocked()
 	a.mu.Unlock()
 
@@ -129,11 +120,11 @@ func (a *Limits) Wait(ctx context.Context) (release func(), err error) {
 		// the clock since (the bucket's own rule: a token whose time has passed is spent).
 		a.inFlight--
 		if w.token != nil {
-			w.token.CancelAt(a.clock.Now())
+			w.token.CancelAt(a.cfg.Clock.Now())
 		}
 	} else {
 		a.queue.Remove(w.elem)
-		a.waitingChanged(a.queue.Len())
+		a.cfg.WaitingChanged(a.queue.Len())
 	}
 	a.admitLocked()
 	return nil, context.Cause(ctx)
@@ -142,15 +133,12 @@ func (a *Limits) Wait(ctx context.Context) (release func(), err error) {
 // releaseFunc returns the function that frees an admitted caller's slot; calling it more than
 // once frees it once.
 func (a *Limits) releaseFunc() func() {
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			a.inFlight--
-			a.admitLocked()
-		})
-	}
+	return sync.OnceFunc(func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.inFlight--
+		a.admitLocked()
+	})
 }
 
 // Waiting returns how many callers are waiting in the queue.
@@ -173,7 +161,7 @@ func (a *Limits) Close() {
 
 // canAdmitLocked reports whether a slot and a token are free now.
 func (a *Limits) canAdmitLocked() bool {
-	return a.inFlight < a.max && (a.bucket == nil || a.bucket.TokensAt(a.clock.Now()) >= 1)
+	return a.inFlight < a.cfg.Slots && (a.bucket == nil || a.bucket.TokensAt(a.cfg.Clock.Now()) >= 1)
 }
 
 // takeLocked takes a slot and a token, and returns the token's reservation (nil without a
@@ -183,13 +171,13 @@ func (a *Limits) takeLocked() *rate.Reservation {
 	if a.bucket == nil {
 		return nil
 	}
-	return a.bucket.ReserveN(a.clock.Now(), 1)
+	return a.bucket.ReserveN(a.cfg.Clock.Now(), 1)
 }
 
 // untilTokenLocked is how long until the bucket holds a whole token, rounded up to the
 // nanosecond.
 func (a *Limits) untilTokenLocked() time.Duration {
-	missing := 1 - a.bucket.TokensAt(a.clock.Now())
+	missing := 1 - a.bucket.TokensAt(a.cfg.Clock.Now())
 	return time.Duration(math.Ceil(missing / float64(a.bucket.Limit()) * float64(time.Second)))
 }
 
@@ -201,12 +189,12 @@ func (a *Limits) admitLocked() {
 		w.token = a.takeLocked()
 		w.admitted = true
 		close(w.ready)
-		a.waitingChanged(a.queue.Len())
+		a.cfg.WaitingChanged(a.queue.Len())
 	}
-	if a.queue.Len() == 0 || a.inFlight >= a.max || a.bucket == nil || a.stopTimer != nil || a.closed {
+	if a.queue.Len() == 0 || a.inFlight >= a.cfg.Slots || a.bucket == nil || a.stopTimer != nil || a.closed {
 		return
 	}
-	a.stopTimer = clockutil.AfterFunc(a.clock, a.untilTokenLocked(), func() {
+	a.stopTimer = clockutil.AfterFunc(a.cfg.Clock, a.untilTokenLocked(), func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.stopTimer = nil

@@ -50,7 +50,12 @@ func New() *Lifetime {
 // left.
 func (l *Lifetime) End() {
 	l.cancel()
-	l.closeAndWait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for l.n > 0 {
+		l.idle.Wait()
+	}
 }
 
 // enter registers a goroutine of the manager. It reports false once the manager is closed.
@@ -71,16 +76,6 @@ func (l *Lifetime) leave() {
 	l.n--
 	if l.n == 0 {
 		l.idle.Broadcast()
-	}
-}
-
-// closeAndWait refuses further enters and waits until every registered goroutine has left.
-func (l *Lifetime) closeAndWait() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closed = true
-	for l.n > 0 {
-		l.idle.Wait()
 	}
 }
 

@@ -27,7 +27,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,12 +67,16 @@ type Validity string
 // is not written until it is.
 const ValidityUnknown Validity = "?"
 
-// badness orders the False reasons: the pod shows the worst of its volumes.
-var badness = map[Validity]int{
-	ReasonNotIssued:   1,
-	ReasonGatePending: 2,
-	ReasonFailing:     3,
-	ReasonExpired:     4,
+// falseReasons gives each False reason its rank (the pod shows the worst of its volumes) and
+// what it says of the volume the message names.
+var falseReasons = map[Validity]struct {
+	rank    int
+	message string
+}{
+	ReasonNotIssued:   {1, "has no certificate yet"},
+	ReasonGatePending: {2, "has no certificate yet: the driver's readiness gate says not yet"},
+	ReasonFailing:     {3, "has no certificate: issuing it fails"},
+	ReasonExpired:     {4, "holds a certificate that has expired or is about to"},
 }
 
 // Config is what a Writer needs. Every field is required.
@@ -92,15 +97,11 @@ type Config struct {
 // Writer keeps the condition of each pod with volumes: the pods' volumes and what each
 // contributes, what each pod is known to carry, and a queue of pods to write.
 type Writer struct {
-	typ       corev1.PodConditionType
-	client    corev1client.PodsGetter
-	clock     clock.Clock
-	log       logr.Logger
-	podEnding func(uid types.UID)
-	queue     workqueue.TypedRateLimitingInterface[types.UID]
-	ctx       context.Context // ends on Stop; bounds the API calls
-	cancel    context.CancelFunc
-	done      chan struct{}
+	cfg    Config // its Log named "pod-condition"
+	queue  workqueue.TypedRateLimitingInterface[types.UID]
+	ctx    context.Context // ends on Stop; bounds the API calls
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
@@ -129,12 +130,9 @@ func New(cfg Config) *Writer {
 		qcfg.Clock = c
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	cfg.Log = cfg.Log.WithName("pod-condition")
 	return &Writer{
-		typ:       cfg.Type,
-		client:    cfg.Client,
-		clock:     cfg.Clock,
-		podEnding: cfg.PodEnding,
-		log:       cfg.Log.WithName("pod-condition"),
+		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, time.Minute), qcfg),
 		ctx:    ctx,
@@ -153,7 +151,7 @@ func (p *Writer) Run() {
 			return
 		}
 		if err := p.sync(uid); err != nil {
-			p.log.Error(err, "Writing the pod condition; retrying", "pod_uid", uid)
+			p.cfg.Log.Error(err, "Writing the pod condition; retrying", "pod_uid", uid)
 			p.queue.AddRateLimited(uid)
 		} else {
 			p.queue.Forget(uid)
@@ -199,7 +197,7 @@ func (p *Writer) SetVolume(pod *corev1.ObjectReference, volumeID string, validit
 	if s.gone {
 		return
 	}
-	if _, act := pending(p.typ, s); act || p.syncing == pod.UID {
+	if _, act := pending(p.cfg.Type, s); act || p.syncing == pod.UID {
 		p.queue.Add(pod.UID)
 	}
 }
@@ -221,18 +219,13 @@ func (p *Writer) RemoveVolume(pod *corev1.ObjectReference, volumeID string) {
 // desired is the condition a pod's volumes call for; ok is false while a volume's validity is
 // unknown.
 func desired(typ corev1.PodConditionType, volumes map[string]Validity) (c corev1.PodCondition, ok bool) {
-	ids := make([]string, 0, len(volumes))
-	for id := range volumes {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
 	worst, worstID := Validity(""), ""
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(volumes)) {
 		v := volumes[id]
 		if v == ValidityUnknown {
 			return c, false
 		}
-		if badness[v] > badness[worst] {
+		if falseReasons[v].rank > falseReasons[worst].rank {
 			worst, worstID = v, id
 		}
 	}
@@ -240,14 +233,8 @@ func desired(typ corev1.PodConditionType, volumes map[string]Validity) (c corev1
 		return corev1.PodCondition{Type: typ, Status: corev1.ConditionTrue, Reason: ReasonValid,
 			Message: "Every certificate volume holds a valid certificate"}, true
 	}
-	messages := map[Validity]string{
-		ReasonNotIssued:   "has no certificate yet",
-		ReasonGatePending: "has no certificate yet: the driver's readiness gate says not yet",
-		ReasonFailing:     "has no certificate: issuing it fails",
-		ReasonExpired:     "holds a certificate that has expired or is about to",
-	}
 	return corev1.PodCondition{Type: typ, Status: corev1.ConditionFalse, Reason: string(worst),
-		Message: fmt.Sprintf("Volume %s %s", worstID, messages[worst])}, true
+		Message: fmt.Sprintf("Volume %s %s", worstID, falseReasons[worst].message)}, true
 }
 
 // pending returns the condition the pod's volumes call for, and whether sync has a call to
@@ -280,7 +267,7 @@ func (p *Writer) sync(uid types.UID) error {
 		p.mu.Unlock()
 		return nil
 	}
-	want, act := pending(p.typ, s)
+	want, act := pending(p.cfg.Type, s)
 	if !act {
 		p.mu.Unlock()
 		return nil
@@ -293,9 +280,9 @@ func (p *Writer) sync(uid types.UID) error {
 		p.syncing = ""
 		p.mu.Unlock()
 	}()
-	log := p.log.WithValues("pod", name, "namespace", namespace)
+	log := p.cfg.Log.WithValues("pod", name, "namespace", namespace)
 	if !known {
-		pod, err := p.client.Pods(namespace).Get(p.ctx, name, metav1.GetOptions{})
+		pod, err := p.cfg.Client.Pods(namespace).Get(p.ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || err == nil && pod.UID != uid {
 			p.markGone(uid)
 			return nil
@@ -304,15 +291,15 @@ func (p *Writer) sync(uid types.UID) error {
 			return fmt.Errorf("reading pod %s/%s: %w", namespace, name, apicall.Refusal(err, "get", apicall.Pods, namespace, apicall.DriverAccount))
 		}
 		if pod.DeletionTimestamp != nil {
-			p.podEnding(uid)
+			p.cfg.PodEnding(uid)
 		}
-		carried = findCondition(pod.Status.Conditions, p.typ)
+		carried = findCondition(pod.Status.Conditions, p.cfg.Type)
 		p.learn(uid, carried)
 	}
 	if sameCondition(carried, &want) {
 		return nil
 	}
-	want.LastTransitionTime = metav1.NewTime(p.clock.Now())
+	want.LastTransitionTime = metav1.NewTime(p.cfg.Clock.Now())
 	if carried != nil && carried.Status == want.Status {
 		want.LastTransitionTime = carried.LastTransitionTime
 	}
@@ -324,44 +311,38 @@ func (p *Writer) sync(uid types.UID) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.client.Pods(namespace).Patch(p.ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = p.cfg.Client.Pods(namespace).Patch(p.ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	switch {
 	case apierrors.IsNotFound(err):
 		p.markGone(uid)
 		return nil
 	case err != nil:
-		p.learnUnknown(uid)
+		// What the pod carries is not known after a failed patch: it is read again.
+		p.update(uid, func(s *podState) { s.carried, s.known = nil, false })
 		return fmt.Errorf("patching the status of pod %s/%s: %w", namespace, name, apicall.Refusal(err, "patch", apicall.PodStatus, namespace, apicall.DriverAccount))
 	}
 	p.learn(uid, &want)
-	log.V(2).Info("Pod condition written", "type", p.typ, "status", want.Status, "reason", want.Reason)
+	log.V(2).Info("Pod condition written", "type", p.cfg.Type, "status", want.Status, "reason", want.Reason)
 	return nil
 }
 
 // markGone tells podEnding that the pod no longer exists, then records it.
 func (p *Writer) markGone(uid types.UID) {
-	p.podEnding(uid)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s := p.pods[uid]; s != nil {
-		s.gone = true
-	}
+	p.cfg.PodEnding(uid)
+	p.update(uid, func(s *podState) { s.gone = true })
 }
 
+// learn records the condition the pod is known to carry.
 func (p *Writer) learn(uid types.UID, carried *corev1.PodCondition) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s := p.pods[uid]; s != nil {
-		s.carried, s.known = carried, true
-	}
+	p.update(uid, func(s *podState) { s.carried, s.known = carried, true })
 }
 
-// learnUnknown forgets what the pod carries: after a failed patch it is read again.
-func (p *Writer) learnUnknown(uid types.UID) {
+// update changes the pod's state under the lock, if the pod is still known.
+func (p *Writer) update(uid types.UID, f func(s *podState)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s := p.pods[uid]; s != nil {
-		s.carried, s.known = nil, false
+		f(s)
 	}
 }
 

@@ -33,6 +33,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,7 +100,8 @@ type Remover struct {
 }
 
 // New validates cfg and returns its Remover. An invalid taint key, an empty node name, a
-// missing client or clock, a window or a first backoff step that is not positive is an error.
+// missing client, a window or a first backoff step that is not positive is an error (the
+// driver, its one caller, always sets the clock).
 func New(cfg Config) (*Remover, error) {
 	key, err := Key(cfg.DriverName)
 	var errs []error
@@ -118,17 +120,11 @@ func New(cfg Config) (*Remover, error) {
 	if cfg.Backoff.Duration <= 0 {
 		errs = append(errs, fmt.Errorf("the backoff's first step %v is not positive", cfg.Backoff.Duration))
 	}
-	if cfg.Clock == nil {
-		errs = append(errs, errors.New("the clock is nil"))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("startup taint: %w", err)
 	}
 	return &Remover{cfg: cfg, key: key, log: cfg.Log.WithValues("node", cfg.NodeName, "taint", key)}, nil
 }
-
-// Key returns the key of the taint the Remover removes.
-func (r *Remover) Key() string { return r.key }
 
 // Run waits until the node's CSINode lists the driver, then removes every taint of the node
 // whose key is the startup taint's, whatever its value and effect, and watches the node for
@@ -220,12 +216,7 @@ func (r *Remover) watchCSINode(ctx context.Context, w watch.Interface) (register
 
 // lists reports whether the CSINode lists the driver.
 func (r *Remover) lists(cn *storagev1.CSINode) bool {
-	for _, d := range cn.Spec.Drivers {
-		if d.Name == r.cfg.DriverName {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == r.cfg.DriverName })
 }
 
 // clear removes the startup taint and watches the node for it until Window after registered,
@@ -376,12 +367,7 @@ type patchOp struct {
 // patch removes the startup taints from the node with a JSON patch that first tests that the
 // taint list is still the one read: if another writer changed it the whole patch fails.
 func (r *Remover) patch(ctx context.Context, node *corev1.Node) (*corev1.Node, error) {
-	kept := make([]corev1.Taint, 0, len(node.Spec.Taints))
-	for _, t := range node.Spec.Taints {
-		if t.Key != r.key {
-			kept = append(kept, t)
-		}
-	}
+	kept := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == r.key })
 	ops := []patchOp{{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints}}
 	if len(kept) == 0 {
 		ops = append(ops, patchOp{Op: "remove", Path: "/spec/taints"})
@@ -429,15 +415,11 @@ func (r *Remover) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// describe names taints as key=value:effect, as kubectl prints them.
+// describe names taints as key=value:effect, as kubectl prints them (Taint.ToString).
 func describe(taints []corev1.Taint) []string {
 	out := make([]string, 0, len(taints))
 	for _, t := range taints {
-		s := t.Key
-		if t.Value != "" {
-			s += "=" + t.Value
-		}
-		out = append(out, s+":"+string(t.Effect))
+		out = append(out, t.ToString())
 	}
 	return out
 }
