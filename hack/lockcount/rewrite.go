@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,8 +62,9 @@ type site struct {
 
 // instrumented is what the rewrite found and changed.
 type instrumented struct {
-	sites  []site
-	owners map[string]int // owner -> sites
+	sites       []site
+	owners      map[string]int // owner -> sites
+	mutexFields int            // struct fields of type sync.Mutex or sync.RWMutex
 }
 
 // instrument rewrites every non-test Go file under the given directories of root (the copy)
@@ -98,10 +100,11 @@ func instrument(root string, dirs []string, counter []byte) (*instrumented, erro
 	}
 	sort.Strings(dirsSorted)
 	for _, d := range dirsSorted {
-		sites, err := instrumentPackage(root, pkgs[d])
+		sites, fields, err := instrumentPackage(root, pkgs[d])
 		if err != nil {
 			return nil, err
 		}
+		res.mutexFields += fields
 		for _, s := range sites {
 			res.owners[s.owner]++
 		}
@@ -109,6 +112,15 @@ func instrument(root string, dirs []string, counter []byte) (*instrumented, erro
 	}
 	if len(res.owners) == 0 {
 		return nil, fmt.Errorf("no lock owner found under %v: the rewrite no longer matches the source", dirs)
+	}
+	// A second, textual count of the mutex fields, on a walk of its own: a package the walk
+	// above missed shows as a difference.
+	text, err := textualMutexFields(root, dirs)
+	if err != nil {
+		return nil, err
+	}
+	if text != res.mutexFields {
+		return nil, fmt.Errorf("%d mutex fields declared under %v (by their text), %d found by the rewrite", text, dirs, res.mutexFields)
 	}
 	dir := filepath.Join(root, "internal", "lockcount")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -129,18 +141,18 @@ type parsedFile struct {
 }
 
 // instrumentPackage instruments one package's files.
-func instrumentPackage(root string, paths []string) ([]site, error) {
+func instrumentPackage(root string, paths []string) ([]site, int, error) {
 	fset := token.NewFileSet()
 	var files []*parsedFile
 	wqImports := map[string]string{} // file -> the name client-go's workqueue is imported as
 	for _, p := range paths {
 		src, err := os.ReadFile(p)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		f, err := parser.ParseFile(fset, p, src, parser.ParseComments)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, imp := range f.Imports {
 			path, _ := strconv.Unquote(imp.Path.Value)
@@ -153,7 +165,7 @@ func instrumentPackage(root string, paths []string) ([]site, error) {
 			}
 			for _, foreign := range foreignLockPackages {
 				if path == foreign {
-					return nil, fmt.Errorf("%s imports %s, whose locks the rewrite cannot count", rel(root, p), path)
+					return nil, 0, fmt.Errorf("%s imports %s, whose locks the rewrite cannot count", rel(root, p), path)
 				}
 			}
 		}
@@ -164,6 +176,7 @@ func instrumentPackage(root string, paths []string) ([]site, error) {
 	// The package's owners: struct types with a field of type sync.Mutex or sync.RWMutex.
 	// fieldOwners maps a mutex field's name to the types that have it.
 	owners := map[string]bool{}
+	mutexFields := 0
 	fieldOwners := map[string][]string{}
 	queueFields := map[string][]string{} // a client-go workqueue field's name -> the types that have it
 	for _, pf := range files {
@@ -193,6 +206,7 @@ func instrumentPackage(root string, paths []string) ([]site, error) {
 						return false
 					}
 					owners[n.Name.Name] = true
+					mutexFields += len(fld.Names)
 					for _, name := range fld.Names {
 						fieldOwners[name.Name] = append(fieldOwners[name.Name], n.Name.Name)
 					}
@@ -206,7 +220,7 @@ func instrumentPackage(root string, paths []string) ([]site, error) {
 			return true
 		})
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 
@@ -248,7 +262,7 @@ func instrumentPackage(root string, paths []string) ([]site, error) {
 				return true
 			})
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 		}
 	}
@@ -258,11 +272,11 @@ func instrumentPackage(root string, paths []string) ([]site, error) {
 		}
 		edits, err := queueCalls(root, pf, fset, pkgName, queueFields)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		pf.edits = append(pf.edits, edits...)
 		if len(edits) == 0 {
-			return nil, fmt.Errorf("%s imports client-go's workqueue but no call on a queue field was found: the rewrite no longer matches the source", rel(root, pf.path))
+			return nil, 0, fmt.Errorf("%s imports client-go's workqueue but no call on a queue field was found: the rewrite no longer matches the source", rel(root, pf.path))
 		}
 	}
 
@@ -270,7 +284,7 @@ func instrumentPackage(root string, paths []string) ([]site, error) {
 	// and inside a method or function, where the search above looked.
 	for _, pf := range files {
 		if err := checkStatements(root, pf, fset); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		calls := 0
 		for _, e := range pf.edits {
@@ -279,16 +293,16 @@ func instrumentPackage(root string, paths []string) ([]site, error) {
 			}
 		}
 		if n := countLockCalls(pf.ast); n != calls {
-			return nil, fmt.Errorf("%s: %d Lock or RLock calls, %d of them in function bodies the rewrite instrumented", rel(root, pf.path), n, calls)
+			return nil, 0, fmt.Errorf("%s: %d Lock or RLock calls, %d of them in function bodies the rewrite instrumented", rel(root, pf.path), n, calls)
 		}
 	}
 	for o := range owners {
 		if !found[o] {
-			return nil, fmt.Errorf("package %s: %s has a mutex but no Lock or RLock call on it was found: the rewrite no longer matches the source", pkgName, o)
+			return nil, 0, fmt.Errorf("package %s: %s has a mutex but no Lock or RLock call on it was found: the rewrite no longer matches the source", pkgName, o)
 		}
 	}
 	if pkgName == "keylock" && !found[perKeyOwner] {
-		return nil, fmt.Errorf("package keylock: the per-key acquisition (a select case sending on .sem) was not found: the rewrite no longer matches the source")
+		return nil, 0, fmt.Errorf("package keylock: the per-key acquisition (a select case sending on .sem) was not found: the rewrite no longer matches the source")
 	}
 
 	for _, pf := range files {
@@ -307,10 +321,10 @@ func instrumentPackage(root string, paths []string) ([]site, error) {
 			}
 		}
 		if err := os.WriteFile(pf.path, out, 0o644); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	return sites, nil
+	return sites, mutexFields, nil
 }
 
 // checkStatements makes sure each counted Lock call is an expression statement (not deferred,
@@ -414,6 +428,36 @@ func usesPackage(t ast.Expr, name string) bool {
 		return !found
 	})
 	return found
+}
+
+// mutexFieldLine matches a line declaring struct fields of type sync.Mutex or sync.RWMutex.
+var mutexFieldLine = regexp.MustCompile(`^\s*(\w+(\s*,\s*\w+)*)\s+sync\.(RW)?Mutex\b`)
+
+// textualMutexFields counts the mutex fields declared in the non-test Go files under dirs, by
+// their text alone.
+func textualMutexFields(root string, dirs []string) (int, error) {
+	n := 0
+	for _, d := range dirs {
+		err := filepath.WalkDir(filepath.Join(root, d), func(path string, de fs.DirEntry, err error) error {
+			if err != nil || de.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.Contains(path, "/testdata/") {
+				return err
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(string(src), "\n") {
+				if m := mutexFieldLine.FindStringSubmatch(line); m != nil && !strings.HasPrefix(strings.TrimSpace(line), "var ") {
+					n += len(strings.Split(m[1], ","))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }
 
 // countLockCalls counts the calls Lock() and RLock() (without arguments) anywhere in f.
