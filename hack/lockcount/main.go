@@ -20,7 +20,7 @@ limitations under the License.
 //	(cd hack && go run ./lockcount)        # the table
 //	(cd hack && go run ./lockcount -v)     # and every acquisition with its stack
 //
-// It exports the repository's HEAD (git archive) into a temporary directory, rewrites that copy
+// It exports the repository's HEAD (git archive; -rev another commit) into a temporary directory, rewrites that copy
 // so that every acquisition of an owner's mutex under manager/ and internal/ (a Lock or RLock
 // call on a struct's sync.Mutex or sync.RWMutex field, and keylock's per-key lock) is followed,
 // on the same line, by a call that counts it under the owner's name (package.Type), adds the
@@ -89,16 +89,17 @@ type window struct {
 
 func main() {
 	repo := flag.String("repo", "", "the repository to measure (default: the git repository of the working directory)")
+	rev := flag.String("rev", "HEAD", "the commit to measure")
 	keep := flag.Bool("keep", false, "keep the instrumented copy and print where it is")
 	verbose := flag.Bool("v", false, "print every instrumented site and every acquisition with its stack")
 	flag.Parse()
-	if err := run(*repo, *keep, *verbose); err != nil {
+	if err := run(*repo, *rev, *keep, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "lockcount:", err)
 		os.Exit(1)
 	}
 }
 
-func run(repo string, keep, verbose bool) error {
+func run(repo, rev string, keep, verbose bool) error {
 	if repo == "" {
 		top, err := output("", "git", "rev-parse", "--show-toplevel")
 		if err != nil {
@@ -106,7 +107,7 @@ func run(repo string, keep, verbose bool) error {
 		}
 		repo = top
 	}
-	commit, err := output(repo, "git", "rev-parse", "--short=12", "HEAD")
+	commit, err := output(repo, "git", "rev-parse", "--short=12", rev+"^{commit}")
 	if err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func run(repo string, keep, verbose bool) error {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	if err := exportHEAD(repo, dir); err != nil {
+	if err := export(repo, commit, dir); err != nil {
 		return err
 	}
 	ins, err := instrument(dir, instrumentedDirs, counterSource)
@@ -256,9 +257,9 @@ func printTable(w io.Writer, commit string, ins *instrumented, windows []window)
 	return nil
 }
 
-// exportHEAD writes the files of repo's HEAD into dir.
-func exportHEAD(repo, dir string) error {
-	cmd := exec.Command("git", "archive", "--format=tar", "HEAD")
+// export writes the files of repo's commit into dir.
+func export(repo, commit, dir string) error {
+	cmd := exec.Command("git", "archive", "--format=tar", commit)
 	cmd.Dir = repo
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -303,7 +304,7 @@ func exportHEAD(repo, dir string) error {
 		return fmt.Errorf("git archive: %w: %s", err, stderr.String())
 	}
 	if files == 0 {
-		return errors.New("git archive HEAD gave no files")
+		return fmt.Errorf("git archive %s gave no files", commit)
 	}
 	return nil
 }
