@@ -123,13 +123,15 @@ matrix:
 
 ## bench: the benchmarks whose figures the README quotes: the manager on a fake clientset
 ## (hack/bench), the fleet on a real kube-apiserver (hack/fleet, envtest), then faults between
-## the library and a real kube-apiserver (hack/faultbench). They are built from the hack module
-## into bin/ and run from here, so that a relative path in ARGS (-cpuprofile FILE) is this one's.
+## the library and a real kube-apiserver (hack/faultbench), then the locks a first publish and a
+## renewal take, on an instrumented copy of HEAD (hack/lockcount). They are built from the hack
+## module into bin/ and run from here, so that a relative path in ARGS (-cpuprofile FILE) is this one's.
 bench: envtest
-	cd hack && $(GO) build -o $(CURDIR)/bin/ ./bench ./fleet ./faultbench
+	cd hack && $(GO) build -o $(CURDIR)/bin/ ./bench ./fleet ./faultbench ./lockcount
 	bin/bench $(ARGS)
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) bin/fleet $(FLEET_ARGS)
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) bin/faultbench $(FAULT_ARGS)
+	GO=$(GO) bin/lockcount $(LOCKCOUNT_ARGS)
 
 ## demo: the library doing its whole job locally: on a real node where the machine can run one
 ## (as root), else with a kubelet stand-in (STAND_IN=1 forces it); ARGS=--help lists the options.
