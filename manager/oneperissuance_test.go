@@ -22,19 +22,24 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/storage"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -344,29 +349,79 @@ func (e *env) publishUnseen() (m *Manager, release func(), created cmapi.Certifi
 // read: the retry still resumes the request, and never creates a second one.
 func TestTheCacheCatchingUpDuringALookupNeverCostsASecondRequest(t *testing.T) {
 	e := newEnv(t, nil)
+	// The retry, by the volume's loop: its attempt reads the volume's requests from the cache,
+	// and the cache catches up just after, before the attempt goes on (the test hook holds it
+	// there).
+	var catchUp func() bool
+	var armed atomic.Bool
+	caughtUp := make(chan bool, 1)
+	e.opts.testHooks.requestsRead = func(volumeID string) {
+		if volumeID == "v1" && armed.CompareAndSwap(true, false) {
+			caughtUp <- catchUp()
+		}
+	}
 	m, release, _, endPublish := e.publishUnseen()
 	endPublish()
-
-	// The retry, by the volume's loop: its attempt reads the volume's requests from the cache,
-	// and the cache catches up just after.
-	caughtUp := make(chan bool, 1)
-	var once sync.Once
-	m.issuance.requestsRead = func() {
-		once.Do(func() {
-			release()
-			caughtUp <- pollFor(func() bool { _, held := m.issuance.keys.UnseenRequest("v1"); return !held })
-		})
+	handled := e.informerBarrier(m)
+	catchUp = func() bool {
+		release()
+		return handled()
 	}
+	armed.Store(true)
 	if !m.ManageVolume("v1") {
 		t.Fatal("ManageVolume = false")
 	}
 	if !<-caughtUp {
-		t.Fatal("the cache did not show the request")
+		t.Fatal("the informer did not handle the events held back")
 	}
-	e.poll("the retry to wait on a request", func() bool { return m.issuance.requests.Waiting() == 1 })
+	e.waitLogged(resumedUnseen, 1)
 	if n := len(e.requests()); n != 1 {
 		t.Fatalf("%d requests for one issuance", n)
 	}
 	e.issuePending()
 	e.poll("the key pair to be written", func() bool { e.mu.Lock(); defer e.mu.Unlock(); return len(e.written["v1"]) == 1 })
+}
+
+// resumedUnseen is what an attempt logs as it resumes a request it created, or may have
+// created, that the informer's cache had not shown.
+const resumedUnseen = "Resuming the CertificateRequest created for this volume (its create's outcome was unknown, or the informer's cache had not shown it)"
+
+// informerBarrier readies a way to learn that the manager's informer has handled every event
+// up to a point, its handlers included (the cache shows an object before they run): it publishes
+// a sentinel volume and ends that publish while its request is pending, so that the manager
+// keeps the request's key on disk. The returned handled deletes that request and waits (bounded)
+// until the key file is gone, which only the informer's delete handler does, after the handlers
+// of every event before the delete; it reports whether that came, and may run on any goroutine.
+func (e *env) informerBarrier(m *Manager) (handled func() bool) {
+	e.t.Helper()
+	e.register("sentinel", false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(ctx, "sentinel"); done <- err }()
+	var reqKey string
+	e.poll("the sentinel's request", func() bool {
+		var ok bool
+		reqKey, ok = e.persistedKey("sentinel")
+		return ok && len(e.requests()) > 0 && slices.ContainsFunc(e.requests(), func(r cmapi.CertificateRequest) bool {
+			return certrequests.Key(r.Namespace, r.Name) == reqKey
+		})
+	})
+	cancel()
+	if err := <-done; err == nil {
+		e.t.Fatal("the sentinel's publish succeeded without a signer")
+	}
+	m.UnmanageVolume("sentinel")
+	if got, ok := e.persistedKey("sentinel"); !ok || got != reqKey {
+		e.t.Fatalf("the sentinel's key is not kept on disk (%q, %v)", got, ok)
+	}
+	namespace, name, _ := strings.Cut(reqKey, "/")
+	return func() bool {
+		if err := e.client.CertmanagerV1().CertificateRequests(namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			return false
+		}
+		return pollFor(func() bool {
+			_, err := e.store.ReadPendingKey("sentinel")
+			return errors.Is(err, storage.ErrNotFound)
+		})
+	}
 }
