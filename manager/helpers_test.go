@@ -484,11 +484,11 @@ func (e *env) waitLogged(msg string, n int) []string {
 	return lines
 }
 
-// loopStarted reports whether a manager started the volume's renewal loop.
-func (e *env) loopStarted(id string) bool {
+// loopsStartedFor is how many renewal loops the managers started for the volume ID.
+func (e *env) loopsStartedFor(id string) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.loopsStarted[id] > 0
+	return e.loopsStarted[id]
 }
 
 // checkEnded is closed once the start-up access check of the latest manager started has ended.
