@@ -173,15 +173,15 @@ func TestWatchFallbackReadsOff(t *testing.T) {
 			e.register("v1", false)
 			m := e.start()
 			e.waitInformerLive()
-			cut()
-			e.poll("the watch to be suspect", m.issuance.requests.WatchSuspect)
+			e.cutAndWaitSuspect(cut)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
 				_, err := m.ManageVolumeImmediate(ctx, "v1")
 				done <- err
 			}()
-			e.poll("the publish to wait for its request", func() bool { return m.issuance.requests.Waiting() == 1 })
+			// Its wait for the request it created looks once before it can see its context end.
+			e.waitLogged("Created CertificateRequest", 1)
 			cancel()
 			<-done
 			directRead := false

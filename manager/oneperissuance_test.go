@@ -105,8 +105,8 @@ func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
 				if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
 					t.Fatal("the attempt whose create and settling broke succeeded")
 				}
-				if _, ok := m.issuance.keys.UnseenRequest("v1"); !ok {
-					t.Error("the key of a create whose outcome is unknown was not kept")
+				if reqKey, ok := e.persistedKey("v1"); !ok || reqKey != "ns/"+sentName() {
+					t.Errorf("the key of a create whose outcome is unknown was not kept (%q kept)", reqKey)
 				}
 				m.UnmanageVolume("v1")
 			}
@@ -134,9 +134,7 @@ func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
 			if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(leaf.PublicKey) {
 				t.Fatal("the key written is not the key the request was made with")
 			}
-			if _, ok := m.issuance.keys.UnseenRequest("v1"); ok || m.issuance.keys.Count() != 0 {
-				t.Fatalf("keys left after the issuance: %d", m.issuance.keys.Count())
-			}
+			e.expectKeyForgotten("v1")
 		})
 	}
 }
@@ -158,8 +156,9 @@ func TestRefusedCreateForgetsTheKey(t *testing.T) {
 	if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); !apierrors.IsForbidden(err) {
 		t.Fatalf("error %v, want the refusal", err)
 	}
-	if _, ok := m.issuance.keys.UnseenRequest("v1"); ok || m.issuance.keys.Count() != 0 {
-		t.Fatalf("a refused create kept its key (%d keys)", m.issuance.keys.Count())
+	// Its key is forgotten on disk as in memory (pendingkeys' TestRequestDeletedForgetsTheKey).
+	if reqKey, ok := e.persistedKey("v1"); ok {
+		t.Fatalf("a refused create kept its key (%s)", reqKey)
 	}
 	m.UnmanageVolume("v1")
 	e.manageAndIssue("v1")
@@ -176,14 +175,13 @@ func TestSettlingReadsBeforeItCreatesAgain(t *testing.T) {
 	cut := cuttableInformerWatch(e)
 	sentName := loseCreates(e, 1, true)
 	e.register("v1", false)
-	m := e.start()
-	cut()
-	e.poll("the watch to be suspect", m.issuance.requests.WatchSuspect)
+	e.start()
+	e.cutAndWaitSuspect(cut)
 	done := e.manageInBackground("v1")
 	pending := e.waitForPending()
 	// Signed once the publish waits on what its settling read (the request, not yet signed): the
 	// signature reaches it only by a direct read, the watch being down.
-	e.poll("the publish to wait on the request", func() bool { return m.issuance.requests.Waiting() == 1 })
+	e.waitLogged(resumedUnseen, 1)
 	if _, err := testkit.Issue(context.Background(), e.client, e.ca, pending, e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -225,17 +223,16 @@ func TestSettlingWithoutAnAnswerKeepsTheKey(t *testing.T) {
 	if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
 		t.Fatal("the attempt whose create and settling got no answer succeeded")
 	}
-	held, ok := m.issuance.keys.UnseenRequest("v1")
-	sent := held.Request
+	// The key stays, on disk as in memory; so does the request's place in the creation order
+	// (certrequests' TestUnansweredSettlingKeepsTheCreationOrder).
+	reqKey, ok := e.persistedKey("v1")
 	if !ok {
 		t.Fatal("the key was forgotten although the first create's outcome is still unknown")
 	}
-	if !m.issuance.requests.CreatedHere(certrequests.Key(sent.Namespace, sent.Name)) {
-		t.Fatal("the request's place in the creation order was forgotten")
-	}
+	_, sentName, _ := strings.Cut(reqKey, "/")
 	m.UnmanageVolume("v1")
 	e.manageAndIssue("v1")
-	if reqs := e.requests(); len(reqs) != 1 || reqs[0].Name != sent.Name {
+	if reqs := e.requests(); len(reqs) != 1 || reqs[0].Name != sentName {
 		t.Fatalf("%d requests, want only the one first sent", len(reqs))
 	}
 }
@@ -279,7 +276,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 	for _, signedBeforeRetry := range []bool{true, false} {
 		t.Run(map[bool]string{true: "signed before the retry", false: "signed during the retry"}[signedBeforeRetry], func(t *testing.T) {
 			e := newEnv(t, nil)
-			m, release, created, endPublish := e.publishUnseen()
+			_, release, created, endPublish := e.publishUnseen()
 			sign := func() {
 				if _, err := testkit.Issue(context.Background(), e.client, e.ca, &created, e.clock.Now()); err != nil {
 					t.Fatal(err)
@@ -293,7 +290,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 			// kubelet's retry.
 			retry := e.manageInBackground("v1")
 			if !signedBeforeRetry {
-				e.poll("the retry to wait on the request", func() bool { return m.issuance.requests.Waiting() == 1 })
+				e.waitLogged(resumedUnseen, 1)
 				sign()
 				release()
 			}
@@ -314,7 +311,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 				t.Fatal("the key written is not the key the request was made with")
 			}
 			release()
-			e.poll("the cache to show the request", func() bool { _, held := m.issuance.keys.UnseenRequest("v1"); return !held })
+			e.expectKeyForgotten("v1")
 		})
 	}
 }

@@ -153,10 +153,11 @@ func TestRefusedListStartsAndSaysSo(t *testing.T) {
 	// The informer retries on client-go's reflector backoff (wall clock, from 800 ms): a bounded
 	// poll for its sync.
 	rbac.Grant("list")
-	e.poll("the informer to sync once list is granted", func() bool { return m.issuance.requests.HasSynced() })
 	if refusedBefore > 3 {
 		t.Errorf("the informer's list was refused %d times before it was granted: a tight loop", refusedBefore)
 	}
+	// The informer lists (a refused call never reaches the fake), then watches; the attempt
+	// waits for its cache to sync.
 	e.started++
 	e.waitInformerLive()
 	e.manageAndIssue("v1")
@@ -356,7 +357,7 @@ func TestStartUpCheckIsQuietWhenEverythingIsGranted(t *testing.T) {
 // next attempt.
 func TestRefusedSettlingReadIsPermissionDenied(t *testing.T) {
 	e, rbac := chartEnv(t, testkit.ChartVerbs, nil)
-	loseCreates(e, 1, false)
+	sentName := loseCreates(e, 1, false)
 	e.register("v1", false)
 	m := e.start()
 	rbac.Revoke("list")
@@ -366,7 +367,15 @@ func TestRefusedSettlingReadIsPermissionDenied(t *testing.T) {
 	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), `list certificaterequests.cert-manager.io in namespace "ns"`) {
 		t.Fatalf("attempt whose settling read is refused: %v", err)
 	}
-	if _, ok := m.issuance.keys.UnseenRequest("v1"); !ok {
-		t.Error("the request whose create's outcome is unknown is no longer held")
+	if reqKey, ok := e.persistedKey("v1"); !ok || reqKey != "ns/"+sentName() {
+		t.Fatalf("the request whose create's outcome is unknown is no longer held (%q held)", reqKey)
+	}
+	// Once list is granted again, the next attempt settles that request (it creates it again
+	// under its name) and waits for it.
+	m.UnmanageVolume("v1")
+	rbac.Grant("list")
+	e.manageAndIssue("v1")
+	if reqs := e.requests(); len(reqs) != 1 || reqs[0].Name != sentName() {
+		t.Fatalf("%d requests, want only %s", len(reqs), sentName())
 	}
 }

@@ -51,9 +51,9 @@ func restartWhilePending(t *testing.T, hideKeyStore bool) (creates int, e *env) 
 	e.waitInformerHas(pending)
 	a.Stop()
 
-	b := e.start()
+	e.start()
 	e.poll("B's attempt to resume or replace the request", func() bool {
-		return b.issuance.requests.Waiting() == 1
+		return len(e.logged("Resuming CertificateRequest")) == 1 || len(e.logged("Created CertificateRequest")) == 2
 	})
 	e.issuePending()
 	e.poll("the key pair to be written", func() bool {
