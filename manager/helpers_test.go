@@ -587,33 +587,3 @@ func (e *env) expectLoopWait(wait time.Duration, waiters int, deadlines ...time.
 		return e.clock.Waiters() == waiters
 	})
 }
-
-// armedTimers is how many certificate timers (overdue, expiry, validity) the volume has.
-func (m *Manager) armedTimers(id string) int {
-	n := 0
-	m.inspectShown(id, func(s *shownVolume) {
-		if s.certificate != nil {
-			n = len(s.certificate.stops)
-		}
-	})
-	return n
-}
-
-// inspectShown runs f on what is shown of the registered volume, under the status's lock.
-func (m *Manager) inspectShown(id string, f func(s *shownVolume)) {
-	v := m.registry.get(id)
-	m.status.mu.Lock()
-	defer m.status.mu.Unlock()
-	if e := m.status.shown[v]; e != nil {
-		f(e)
-	}
-}
-
-// isManaged reports whether the volume is registered.
-func (m *Manager) isManaged(id string) bool { return m.registry.get(id) != nil }
-
-// loopStarted reports whether the registered volume's loop has started.
-func (m *Manager) loopStarted(id string) bool {
-	v := m.registry.get(id)
-	return v != nil && v.is(flagLoopStarted)
-}
