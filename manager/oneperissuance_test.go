@@ -223,8 +223,9 @@ func TestSettlingWithoutAnAnswerKeepsTheKey(t *testing.T) {
 	if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
 		t.Fatal("the attempt whose create and settling got no answer succeeded")
 	}
-	// The key stays, on disk as in memory; so does the request's place in the creation order
-	// (certrequests' TestUnansweredSettlingKeepsTheCreationOrder).
+	// The key stays: on disk, and held with the request as sent, which the next attempt settles
+	// (below). So does the request's place in the creation order (certrequests'
+	// TestUnansweredSettlingKeepsTheCreationOrder).
 	reqKey, ok := e.persistedKey("v1")
 	if !ok {
 		t.Fatal("the key was forgotten although the first create's outcome is still unknown")
