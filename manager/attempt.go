@@ -100,7 +100,7 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 		return err
 	}
 	if iss.requestsRead != nil {
-		iss.requestsRead()
+		iss.requestsRead(v.id)
 	}
 	fromAPIServer := false
 	for len(reqs) > iss.maxRequestsPerVolume {

@@ -24,6 +24,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +64,7 @@ func publishAttempt(t *testing.T, m *Manager, id string) (deadline func() error,
 func (e *env) waitInformerHas(req *cmapi.CertificateRequest) {
 	e.t.Helper()
 	e.poll("the informer to see "+req.Name, func() bool {
-		_, err := e.m.issuance.requests.Lister().CertificateRequests(req.Namespace).Get(req.Name)
+		_, err := e.m.CertificateRequestLister().CertificateRequests(req.Namespace).Get(req.Name)
 		return err == nil
 	})
 }
@@ -100,13 +101,13 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 	m.UnmanageVolume("v1")
 	e.waitInformerHas(r)
 
-	// Publish #2: resumes R, creates nothing, times out again.
+	// Publish #2: resumes R, creates nothing, times out again while it waits on R.
 	deadline, _ = publishAttempt(t, m, "v1")
-	e.poll("publish #2 to wait on R", func() bool {
-		return e.m.issuance.requests.Waiting() == 1
-	})
-	if err := deadline(); err == nil {
-		t.Fatal("publish #2 succeeded without a certificate")
+	if resumed := e.waitLogged("Resuming CertificateRequest", 1); !strings.Contains(resumed[0], r.Name) {
+		t.Fatalf("publish #2 resumed another request: %s", resumed[0])
+	}
+	if err := deadline(); err == nil || !strings.Contains(err.Error(), `waiting for request: request "`+r.Name+`"`) {
+		t.Fatalf("publish #2 = %v; want its wait on R to end", err)
 	}
 	m.UnmanageVolume("v1")
 	if n := testkit.CountActions(e.client, "create"); n != 1 {
@@ -119,7 +120,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.poll("the informer to see R issued", func() bool {
-		got, err := m.issuance.requests.Lister().CertificateRequests("ns").Get(r.Name)
+		got, err := m.CertificateRequestLister().CertificateRequests("ns").Get(r.Name)
 		return err == nil && len(got.Status.Certificate) > 0
 	})
 	if managed, err := m.ManageVolumeImmediate(context.Background(), "v1"); !managed || err != nil {
@@ -134,10 +135,7 @@ func TestResumeAcrossPublishRetries(t *testing.T) {
 	if len(written) != 1 || !keyMatches(t, written[0], issued.Status.Certificate) {
 		t.Fatal("the key pair written is not R's certificate with R's key")
 	}
-	keys := m.issuance.keys.Count()
-	if keys != 0 {
-		t.Fatalf("%d keys kept after the key pair was written", keys)
-	}
+	e.expectKeyForgotten("v1")
 }
 
 // TestLoneDeniedConditionIsResumedAndFails: a request with only a Denied condition is still
@@ -156,7 +154,7 @@ func TestLoneDeniedConditionIsResumedAndFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.poll("the informer to see the denial", func() bool {
-		got, _ := m.issuance.requests.Lister().CertificateRequests("ns").Get(r.Name)
+		got, _ := m.CertificateRequestLister().CertificateRequests("ns").Get(r.Name)
 		return got != nil && len(got.Status.Conditions) > 0
 	})
 	_, err := m.ManageVolumeImmediate(context.Background(), "v1")
@@ -385,6 +383,7 @@ func TestUnmanageWaitsOnlyForWriteKeypair(t *testing.T) {
 // TestStopDoesNotWaitForDriverFunctions: Stop returns while GeneratePrivateKey hangs; when it
 // returns, the loop exits without creating anything.
 func TestStopDoesNotWaitForDriverFunctions(t *testing.T) {
+	before := runtime.NumGoroutine()
 	entered, release := make(chan struct{}), make(chan struct{})
 	e := newEnv(t, nil)
 	e.opts.GeneratePrivateKey = func(metadata.Metadata) (crypto.PrivateKey, error) {
@@ -403,9 +402,8 @@ func TestStopDoesNotWaitForDriverFunctions(t *testing.T) {
 		t.Fatal("Stop waited for a driver function")
 	}
 	close(release)
-	e.poll("the loop to leave", func() bool {
-		return m.life.Running() == 0
-	})
+	// The loop's goroutine, the last of the manager's, leaves once the function returns.
+	e.poll("the loop to leave", func() bool { return runtime.NumGoroutine() <= before })
 	if n := testkit.CountActions(e.client, "create"); n != 0 {
 		t.Fatalf("%d requests created after Stop", n)
 	}
@@ -563,7 +561,7 @@ func TestFamiliesUpstreamLacksNeedTheSwitch(t *testing.T) {
 			}
 			// One attempt holds the only place while its request waits; the other waits for it.
 			e.waitForPending()
-			e.poll("the second attempt to wait for admission", func() bool { return e.m.issuance.admission.Waiting() == 1 })
+			e.waitLogged("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)", 1)
 			e.issuePending()
 			e.issuePending()
 			e.poll("both key pairs", func() bool {

@@ -68,10 +68,9 @@ func TestEndedWatchStreamMakesTheWaitReadDirectly(t *testing.T) {
 	m := e.start()
 	done := e.manageInBackground("v1")
 	pending := e.waitForPending()
-	e.poll("the publish to wait for its request in the cache", func() bool {
-		_, err := m.issuance.requests.Lister().CertificateRequests(pending.Namespace).Get(pending.Name)
-		return err == nil && m.issuance.requests.Waiting() == 1
-	})
+	// The publish waits for its request, which the cache shows.
+	e.waitLogged("Created CertificateRequest", 1)
+	e.waitInformerHas(pending)
 	cut()
 	if _, err := testkit.Issue(context.Background(), e.client, e.ca, pending, e.clock.Now()); err != nil {
 		t.Fatal(err)
@@ -80,7 +79,7 @@ func TestEndedWatchStreamMakesTheWaitReadDirectly(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the publish: %v", err)
 	}
-	if got, err := m.issuance.requests.Lister().CertificateRequests(pending.Namespace).Get(pending.Name); err != nil || testkit.IsFinished(got) {
+	if got, err := m.CertificateRequestLister().CertificateRequests(pending.Namespace).Get(pending.Name); err != nil || testkit.IsFinished(got) {
 		t.Fatal("the informer's cache saw the signature: the test did not keep the watch down")
 	}
 	e.mu.Lock()
@@ -88,6 +87,38 @@ func TestEndedWatchStreamMakesTheWaitReadDirectly(t *testing.T) {
 	if len(e.written["v1"]) != 1 {
 		t.Fatalf("%d key pairs written, want 1", len(e.written["v1"]))
 	}
+}
+
+// cutAndWaitSuspect cuts the informer's watch (cut, from cuttableInformerWatch) and waits until
+// the informer has called the apiserver again: it noticed the stream's end first, so its watch is
+// suspect from then on (the call is refused, and no watch opens again).
+func (e *env) cutAndWaitSuspect(cut func()) {
+	e.t.Helper()
+	calls := e.informerCalls()
+	cut()
+	e.poll("the informer to call again after its watch's end", func() bool { return e.informerCalls() > calls })
+}
+
+// informerCalls counts the lists and watches of CertificateRequests selected by a label (the
+// managers' informers'; a test's own select nothing) that the clientset received.
+func (e *env) informerCalls() int {
+	n := 0
+	for _, a := range e.client.Actions() {
+		if a.GetResource().Resource != "certificaterequests" {
+			continue
+		}
+		switch a := a.(type) {
+		case k8stesting.WatchAction:
+			if !a.GetWatchRestrictions().Labels.Empty() {
+				n++
+			}
+		case k8stesting.ListAction:
+			if !a.GetListRestrictions().Labels.Empty() {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // stepDirectRead waits until a wait sets its direct-read timer, the only timer waiting on the

@@ -187,13 +187,14 @@ func TestEventsThroughAVolumesLife(t *testing.T) {
 	// The signer and keygen recover: renewed, issued again.
 	e.failKeygen.Store(false)
 	// Wherever the loop is in its backoff, stepping the clock (in steps well inside an
-	// attempt's 60 s deadline) brings the next attempt; stop once it waits on its request.
-	e.poll("a renewal attempt waiting on its request", func() bool {
-		waiting := m.issuance.requests.Waiting() == 1
-		if !waiting {
+	// attempt's 60 s deadline) brings the next attempt; stop once it has created its request,
+	// which it then waits on.
+	e.poll("a renewal attempt's request", func() bool {
+		created := e.pendingCount() == 1
+		if !created {
 			e.clock.Step(10 * time.Second)
 		}
-		return waiting
+		return created
 	})
 	e.issuePending()
 	renewed := nextEvent(t, rec, EventReasonCertificateRenewed)
@@ -313,15 +314,14 @@ func TestNoEventsWithoutPodOrRecorder(t *testing.T) {
 
 	plain := newEnv(t, nil)
 	plain.register("v1", false)
-	pm := plain.start()
+	plain.start()
 	plain.manageAndIssue("v1")
 	if n, _ := testutil.GatherAndCount(plain.registry, "certmanager_csi_volumes"); n != 0 {
 		t.Fatalf("the state gauge appeared without EnableVolumeStateGauge (%d series)", n)
 	}
-	armed := pm.armedTimers("v1")
-	if armed != 0 {
-		t.Fatalf("%d certificate timers armed with nobody listening", armed)
-	}
+	// The loop's turn arms no timer for the certificate's deadlines before it waits until the
+	// certificate is due, and that wait is the only timer on the clock.
+	plain.expectLoopWait(40*time.Minute, 1)
 }
 
 // awaitTimer waits until the manager has created a timer of exactly d (skipping others, such as
@@ -346,14 +346,14 @@ func TestRestartedManagerWatchesTheCertificate(t *testing.T) {
 	t0 := e.clock.Now()
 	a.Stop()
 
+	e.drainTimers()
 	b, err := NewManager(e.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Stop)
-	e.poll("the resumed volume's certificate watch", func() bool {
-		return b.registry.get("v1") != nil && b.armedTimers("v1") == 2
-	})
+	// The resumed loop's turn arms the overdue and expiry timers before it waits until due.
+	e.expectLoopWait(40*time.Minute, 3, 45*time.Minute, time.Hour)
 	e.failKeygen.Store(true)
 	e.clock.SetTime(t0.Add(time.Hour))
 	nextEvent(t, rec, EventReasonCertificateExpired)
@@ -373,16 +373,15 @@ func TestDriverThatPersistsNoTime(t *testing.T) {
 		}
 	}))
 	e.register("v1", false)
-	m := e.start()
+	e.start()
 	e.manageAndIssue("v1")
 	nextEvent(t, rec, EventReasonCertificateIssued)
 	t0 := e.clock.Now()
-	e.poll("the overdue and expiry timers", func() bool { return m.armedTimers("v1") == 2 })
 	if stored, _ := e.store.ReadMetadata("v1"); stored.NextIssuanceTime != nil {
 		t.Fatalf("the driver persisted %v; the test needs none", stored.NextIssuanceTime)
 	}
-
-	e.poll("the loop to wait until due", func() bool { return e.clock.Waiters() == 3 })
+	// The loop's turn arms the overdue and expiry timers, then waits until due.
+	e.expectLoopWait(40*time.Minute, 3, 45*time.Minute, time.Hour)
 	e.clock.SetTime(t0.Add(40 * time.Minute)) // the default renewal point of a 1 h certificate
 	e.issuePending()
 	renewed := nextEvent(t, rec, EventReasonCertificateRenewed)
@@ -398,7 +397,7 @@ func TestDriverThatPersistsNoTime(t *testing.T) {
 		}
 		return 0
 	}
-	e.poll("the renewal's timers", func() bool { return m.armedTimers("v1") == 2 })
+	e.expectLoopWait(40*time.Minute, 3, 45*time.Minute, time.Hour) // the renewal's
 	if n := histogram(); n != 1 {
 		t.Fatalf("publish_to_first_certificate_seconds has %d observations after a renewal, want 1", n)
 	}

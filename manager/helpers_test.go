@@ -21,8 +21,11 @@ import (
 	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,6 +34,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -38,6 +42,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/internal/pendingkeys"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/metrics"
 	"github.com/cert-manager/csi-lib/storage"
@@ -71,6 +76,14 @@ type env struct {
 	requeueOnError atomic.Bool
 	mu             sync.Mutex
 	written        map[string][]crypto.PrivateKey
+	// logs keeps every line the manager logs (at verbosity up to 4), for what an operator reads,
+	// unless the test sets Options.Log itself.
+	logs *testkit.LogLines
+	// loopsStarted counts, by volume ID, the renewal loops the managers started, and
+	// accessChecked is closed once the latest manager's start-up access check has ended (both
+	// through Options.testHooks, guarded by mu).
+	loopsStarted  map[string]int
+	accessChecked <-chan struct{}
 }
 
 var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -86,16 +99,18 @@ func newEnv(t *testing.T, configure func(*Options)) *env {
 		t.Fatal(err)
 	}
 	e := &env{
-		t:        t,
-		clock:    testkit.NewRecordingClock(start),
-		client:   fake.NewClientset(),
-		store:    storage.NewMemoryFS(),
-		ca:       ca,
-		registry: prometheus.NewRegistry(),
-		written:  map[string][]crypto.PrivateKey{},
+		t:            t,
+		clock:        testkit.NewRecordingClock(start),
+		client:       fake.NewClientset(),
+		store:        storage.NewMemoryFS(),
+		ca:           ca,
+		registry:     prometheus.NewRegistry(),
+		written:      map[string][]crypto.PrivateKey{},
+		logs:         &testkit.LogLines{},
+		loopsStarted: map[string]int{},
 	}
 	e.gateOpen.Store(true)
-	log := testr.New(t)
+	log := logr.New(teeSink{testr.New(t).GetSink(), e.logs.LoggerV(4).GetSink(), t.Helper})
 	e.opts = Options{
 		Client:         e.client,
 		MetadataReader: e.store,
@@ -137,6 +152,18 @@ func newEnv(t *testing.T, configure func(*Options)) *env {
 		RenewalBackoffConfig: noJitter(30*time.Second, 5*time.Minute),
 		GateBackoffConfig:    noJitter(time.Second, 10*time.Second),
 		Metrics:              metrics.New("test-node", &log, e.registry, e.store, nil),
+		testHooks: testHooks{
+			loopStarted: func(volumeID string) {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				e.loopsStarted[volumeID]++
+			},
+			accessCheckStarted: func(ended <-chan struct{}) {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				e.accessChecked = ended
+			},
+		},
 	}
 	if configure != nil {
 		configure(&e.opts)
@@ -391,36 +418,6 @@ func defaultNextIssuanceTime(chain []byte) (time.Time, error) {
 	return certs.RenewalPoint(cert), nil
 }
 
-// armedTimers is how many certificate timers (overdue, expiry, validity) the volume has.
-func (m *Manager) armedTimers(id string) int {
-	n := 0
-	m.inspectShown(id, func(s *shownVolume) {
-		if s.certificate != nil {
-			n = len(s.certificate.stops)
-		}
-	})
-	return n
-}
-
-// inspectShown runs f on what is shown of the registered volume, under the status's lock.
-func (m *Manager) inspectShown(id string, f func(s *shownVolume)) {
-	v := m.registry.get(id)
-	m.status.mu.Lock()
-	defer m.status.mu.Unlock()
-	if e := m.status.shown[v]; e != nil {
-		f(e)
-	}
-}
-
-// isManaged reports whether the volume is registered.
-func (m *Manager) isManaged(id string) bool { return m.registry.get(id) != nil }
-
-// loopStarted reports whether the registered volume's loop has started.
-func (m *Manager) loopStarted(id string) bool {
-	v := m.registry.get(id)
-	return v != nil && v.is(flagLoopStarted)
-}
-
 // withExtendedMetrics turns on the metric families upstream lacks (gate-pending, admission,
 // publish-to-first-certificate, the state gauge), for the tests that read them, then applies
 // configure.
@@ -431,4 +428,162 @@ func withExtendedMetrics(configure func(*Options)) func(*Options) {
 			configure(o)
 		}
 	}
+}
+
+// teeSink sends every log line to both sinks (each at the verbosity it takes); helper is the
+// test's Helper, so that a line's location is the caller's.
+type teeSink struct {
+	a, b   logr.LogSink
+	helper func()
+}
+
+func (t teeSink) Init(info logr.RuntimeInfo) {
+	t.a.Init(info)
+	t.b.Init(info)
+}
+
+func (t teeSink) Enabled(level int) bool { return t.a.Enabled(level) || t.b.Enabled(level) }
+
+func (t teeSink) Info(level int, msg string, keysAndValues ...any) {
+	t.helper()
+	for _, s := range []logr.LogSink{t.a, t.b} {
+		if s.Enabled(level) {
+			s.Info(level, msg, keysAndValues...)
+		}
+	}
+}
+
+func (t teeSink) Error(err error, msg string, keysAndValues ...any) {
+	t.helper()
+	t.a.Error(err, msg, keysAndValues...)
+	t.b.Error(err, msg, keysAndValues...)
+}
+
+func (t teeSink) WithValues(keysAndValues ...any) logr.LogSink {
+	return teeSink{t.a.WithValues(keysAndValues...), t.b.WithValues(keysAndValues...), t.helper}
+}
+
+func (t teeSink) WithName(name string) logr.LogSink {
+	return teeSink{t.a.WithName(name), t.b.WithName(name), t.helper}
+}
+
+// logged returns the lines the manager logged with the message msg.
+func (e *env) logged(msg string) []string {
+	return e.logs.Matching(`"msg"="` + msg + `"`)
+}
+
+// waitLogged waits (bounded) until the manager has logged n lines with the message msg, and
+// returns them.
+func (e *env) waitLogged(msg string, n int) []string {
+	e.t.Helper()
+	var lines []string
+	e.poll(fmt.Sprintf("%d log lines %q", n, msg), func() bool {
+		lines = e.logged(msg)
+		return len(lines) >= n
+	})
+	return lines
+}
+
+// loopsStartedFor is how many renewal loops the managers started for the volume ID.
+func (e *env) loopsStartedFor(id string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.loopsStarted[id]
+}
+
+// checkEnded is closed once the start-up access check of the latest manager started has ended.
+func (e *env) checkEnded() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.accessChecked
+}
+
+// alreadyManaged reports whether the volume is managed, as ManageVolume tells it: it reports
+// false, doing nothing, for a volume managed already (on a manager that is not stopped). A
+// volume it finds unmanaged is managed from then on, its loop started, so a test asks it where
+// that no longer matters.
+func alreadyManaged(m *Manager, id string) bool {
+	return !m.ManageVolume(id)
+}
+
+// managedCount is how many volumes the state gauge counts, in every state: the managed volumes
+// (the gauge must be on).
+func (e *env) managedCount() float64 {
+	n := 0.0
+	for _, v := range e.states() {
+		n += v
+	}
+	return n
+}
+
+// persistedKey returns the request that the pending key persisted for the volume belongs to
+// (namespace/name), if the store holds one.
+func (e *env) persistedKey(id string) (reqKey string, ok bool) {
+	e.t.Helper()
+	data, err := e.store.ReadPendingKey(id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return "", false
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		e.t.Fatalf("the pending key persisted for %s is not PEM", id)
+	}
+	return block.Headers[pendingkeys.RequestHeader], true
+}
+
+// expectKeyForgotten asserts that nothing is kept of the key of the volume's last request once
+// its key pair is written: no pending key is left in the store, and the volume's renewal, once
+// due, makes a new request. A key still held would resume the issued request instead, and write
+// its certificate again, with no create.
+func (e *env) expectKeyForgotten(id string) {
+	e.t.Helper()
+	if reqKey, ok := e.persistedKey(id); ok {
+		e.t.Fatalf("the key of %s is still persisted after its key pair was written", reqKey)
+	}
+	meta, err := e.store.ReadMetadata(id)
+	if err != nil || meta.NextIssuanceTime == nil {
+		e.t.Fatalf("the volume's renewal time: %v, %v", meta.NextIssuanceTime, err)
+	}
+	creates := testkit.CountActions(e.client, "create")
+	e.clock.SetTime(*meta.NextIssuanceTime)
+	e.poll("the renewal to create a request, not resume the issued one with a kept key", func() bool {
+		return testkit.CountActions(e.client, "create") > creates
+	})
+}
+
+// drainTimers forgets the timers reported so far (a manager stopped before made them).
+func (e *env) drainTimers() {
+	for len(e.clock.Timers) > 0 {
+		<-e.clock.Timers
+	}
+}
+
+// expectLoopWait reads the timers the manager creates until the loop's wait of exactly wait,
+// and waits until the clock holds waiters timers in all (the loop blocked on that wait). It
+// asserts that the timers longer than the wait created before it, since the timers were last
+// read, are exactly deadlines: the certificate's deadlines (overdue, expiry, the pod condition's
+// margin), which the loop's turn arms before it waits, and which all lie past its renewal time.
+func (e *env) expectLoopWait(wait time.Duration, waiters int, deadlines ...time.Duration) {
+	e.t.Helper()
+	var longer []time.Duration
+	for {
+		d := e.nextTimer()
+		if d == wait {
+			break
+		}
+		if d > wait {
+			longer = append(longer, d)
+		}
+	}
+	slices.Sort(longer)
+	want := slices.Sorted(slices.Values(deadlines))
+	if !slices.Equal(longer, want) {
+		e.t.Fatalf("the certificate's timers before the loop's %v wait: %v, want %v", wait, longer, want)
+	}
+	e.poll(fmt.Sprintf("the loop to block on its %v wait (%d waiters)", wait, waiters), func() bool {
+		return e.clock.Waiters() == waiters
+	})
 }

@@ -49,9 +49,8 @@ type issuance struct {
 	// outage tells the loops when an apiserver they could not reach is back; nil with
 	// Options.DisableOutageProbe.
 	outage *outage.Outage
-	// requestsRead, if set, runs in each attempt just after it read the volume's requests from
-	// the cache. Only tests set it, to let the cache catch up at that point.
-	requestsRead func()
+	// requestsRead is Options.testHooks.requestsRead; nil outside tests.
+	requestsRead func(volumeID string)
 }
 
 // driverFuncs are the driver's functions an attempt calls, every default filled in.

@@ -62,9 +62,6 @@ type Manager struct {
 	queue   *workqueue.Queue[*managedVolume, loopState]
 	// series deletes the metric series of volumes gone for a retention.
 	series *seriesRetention
-	// accessChecked is closed once the start-up access check has ended (at once when
-	// Options.DisableAccessCheck is set).
-	accessChecked chan struct{}
 }
 
 // NewManager validates opts, starts the informer on the node's CertificateRequests, waits for
@@ -96,6 +93,7 @@ func NewManager(opts Options) (*Manager, error) {
 			jitter:               opts.RenewalJitter,
 			keys:                 pendingkeys.New(log, opts.MetadataReader, storage.ErrNotFound),
 			builder:              requestBuilder{nodeName: opts.NodeID, nodeHash: nodeHash, annotateOrigin: !opts.DisableOriginAnnotations},
+			requestsRead:         opts.testHooks.requestsRead,
 		},
 		opts:     opts,
 		nodeHash: nodeHash,
@@ -137,11 +135,14 @@ func NewManager(opts Options) (*Manager, error) {
 	m.renewer = renewer{iss: m.issuance, registry: m.registry, status: m.status, end: m.end, schedule: loopScheduleOf(opts)}
 	m.queue = workqueue.New(opts.Clock, m.life, m.renewer.process)
 	m.renewer.queue = m.queue
-	m.accessChecked = make(chan struct{})
+	accessChecked := make(chan struct{})
 	if opts.DisableAccessCheck {
-		close(m.accessChecked)
+		close(accessChecked)
 	} else {
-		accesscheck.Start(m.life, opts.Client.Discovery().RESTClient(), requiredAccess(opts, ownCreates), log, m.accessChecked)
+		accesscheck.Start(m.life, opts.Client.Discovery().RESTClient(), requiredAccess(opts, ownCreates), log, accessChecked)
+	}
+	if h := opts.testHooks.accessCheckStarted; h != nil {
+		h(accessChecked)
 	}
 	if err := m.issuance.requests.Start(m.life.Context()); errors.Is(err, ErrPermissionDenied) {
 		// Never a reason not to start: publishes answer PermissionDenied until it is granted.
@@ -390,6 +391,9 @@ func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *ma
 func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
 	if v.startsLoop() {
 		m.queue.Add(v, m.renewer.firstState(known))
+		if h := m.opts.testHooks.loopStarted; h != nil {
+			h(v.id)
+		}
 	}
 }
 

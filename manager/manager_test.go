@@ -153,8 +153,8 @@ func TestUnmanageAndStopLeaveNoGoroutines(t *testing.T) {
 
 	m.UnmanageVolume("v1")
 	e.poll("v1's loop to stop waiting", func() bool { return e.clock.Waiters() == 1 })
-	if m.IsVolumeReady("v1") || m.isManaged("v1") {
-		t.Fatal("v1 still managed")
+	if n := e.managedCount(); m.IsVolumeReady("v1") || n != 1 {
+		t.Fatalf("v1 still managed (%v volumes counted)", n)
 	}
 	// Series survive UnmanageVolume (kubelet may publish the volume again); they go when the
 	// volume is gone for good.
@@ -166,6 +166,9 @@ func TestUnmanageAndStopLeaveNoGoroutines(t *testing.T) {
 		t.Fatal("DeleteVolumeMetricSeries kept the volume's series")
 	}
 	m.UnmanageVolume("unknown") // no-op
+	if alreadyManaged(m, "v1") || !alreadyManaged(m, "v2") {
+		t.Fatal("v1 still managed, or v2 no longer")
+	}
 	m.Stop()
 	m.Stop() // safe twice
 	if w := e.clock.Waiters(); w != 0 {
@@ -187,7 +190,7 @@ func TestWaitingVolumesHoldNoGoroutine(t *testing.T) {
 	e.gateOpen.Store(false)
 	e.register("v0", true)
 	m := e.start()
-	e.poll("the first loop to wait", func() bool { return e.clock.Waiters() == 1 && m.queue.Workers() == 0 })
+	e.poll("the first loop to wait", func() bool { return e.clock.Waiters() == 1 && e.gateCalls.Load() == 1 })
 	one := runtime.NumGoroutine()
 	for i := 1; i <= 100; i++ {
 		id := fmt.Sprintf("v%d", i)
@@ -196,11 +199,9 @@ func TestWaitingVolumesHoldNoGoroutine(t *testing.T) {
 			t.Fatalf("ManageVolume(%s) = false", id)
 		}
 	}
-	e.poll("101 loops to wait", func() bool { return e.clock.Waiters() == 101 && m.queue.Workers() == 0 })
+	// Each loop has taken its turn (the gate said "not yet") and waits on a timer.
+	e.poll("101 loops to wait", func() bool { return e.clock.Waiters() == 101 && e.gateCalls.Load() == 101 })
 	e.poll("the workers to end", func() bool { return runtime.NumGoroutine() <= one+5 })
-	if keys, waits := m.queue.Len(); keys != 101 || waits != 101 {
-		t.Fatalf("the queue holds %d volumes, %d of them waiting; want 101 of each", keys, waits)
-	}
 }
 
 func TestRequestLabelsOwnerAndSpec(t *testing.T) {
@@ -322,10 +323,7 @@ func TestPendingRequestResumedWhileKeyInMemory(t *testing.T) {
 	if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(cert.PublicKey) {
 		t.Fatal("written key does not match the resumed request")
 	}
-	left := e.m.issuance.keys.Count()
-	if left != 0 {
-		t.Fatalf("%d pending keys kept after issuance", left)
-	}
+	e.expectKeyForgotten("v1")
 }
 
 func TestPendingRequestWithoutKeyIsReplaced(t *testing.T) {
@@ -397,10 +395,10 @@ func TestManageVolumeImmediateGateClosed(t *testing.T) {
 		t.Fatalf("error = %q, want upstream's %q", err, want)
 	}
 	// As upstream: the volume stays registered for the caller to unmanage, and no loop starts.
-	if !m.isManaged("v1") {
+	if !alreadyManaged(m, "v1") {
 		t.Fatal("volume not left registered")
 	}
-	if m.loopStarted("v1") || e.gateCalls.Load() != 1 {
+	if e.loopsStartedFor("v1") != 0 || e.gateCalls.Load() != 1 {
 		t.Fatalf("a loop started after a failed immediate attempt (gate calls %d)", e.gateCalls.Load())
 	}
 	// An immediate attempt's gate refusal is an issuance error too (upstream counts every error
@@ -450,11 +448,12 @@ func TestManageReturnsAsUpstream(t *testing.T) {
 	m.UnmanageVolume("broken")
 
 	// ManageVolumeImmediate: a read error leaves the volume registered, no loop.
+	loops := e.loopsStartedFor("broken") // ManageVolume's
 	managed, err := m.ManageVolumeImmediate(context.Background(), "broken")
 	if !managed || err == nil || !strings.HasPrefix(err.Error(), "reading metadata: ") {
 		t.Fatalf("ManageVolumeImmediate(broken) = %v, %v; want true, reading metadata: ...", managed, err)
 	}
-	if !m.isManaged("broken") || m.loopStarted("broken") {
+	if !alreadyManaged(m, "broken") || e.loopsStartedFor("broken") != loops {
 		t.Fatal("after a read error the volume must stay registered without a loop")
 	}
 
@@ -471,6 +470,9 @@ func TestManageReturnsAsUpstream(t *testing.T) {
 	e.issuePending()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	if n := e.loopsStartedFor("v1"); n != 1 {
+		t.Fatalf("%d loops started for v1 after its success, want 1", n)
 	}
 	calls := e.counter(issueCalls, "v1")
 	if managed, err := m.ManageVolumeImmediate(context.Background(), "v1"); managed || err != nil {
@@ -519,12 +521,19 @@ func TestStartupResumesOnlyMountedVolumes(t *testing.T) {
 	}
 	m := e.start()
 	for id, want := range map[string]bool{"mounted": true, "legacy": true, "unmounted": false, "corrupt": false} {
-		if got := m.isManaged(id); got != want {
-			t.Errorf("%s managed = %v, want %v", id, got, want)
+		if got := e.loopsStartedFor(id) == 1; got != want {
+			t.Errorf("%s's loop started = %v, want %v", id, got, want)
 		}
 	}
 	// The legacy volume is not due until 2030: its loop waits without touching storage.
 	e.poll("loops to settle", func() bool { return e.clock.Waiters() == 2 })
+	// Only the resumed volumes are managed (ManageVolume registers only one that is not; the
+	// others are managed from here on).
+	for id, want := range map[string]bool{"mounted": true, "legacy": true, "unmounted": false, "corrupt": false} {
+		if got := alreadyManaged(m, id); got != want {
+			t.Errorf("%s managed = %v, want %v", id, got, want)
+		}
+	}
 }
 
 func TestWriteKeypairWithoutNextIssuanceTimeDoesNotSpin(t *testing.T) {

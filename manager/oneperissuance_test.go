@@ -22,19 +22,24 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/certs"
+	"github.com/cert-manager/csi-lib/storage"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -100,8 +105,8 @@ func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
 				if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
 					t.Fatal("the attempt whose create and settling broke succeeded")
 				}
-				if _, ok := m.issuance.keys.UnseenRequest("v1"); !ok {
-					t.Error("the key of a create whose outcome is unknown was not kept")
+				if reqKey, ok := e.persistedKey("v1"); !ok || reqKey != "ns/"+sentName() {
+					t.Errorf("the key of a create whose outcome is unknown was not kept (%q kept)", reqKey)
 				}
 				m.UnmanageVolume("v1")
 			}
@@ -129,9 +134,7 @@ func TestLostCreateResponseIsSettledNotRepeated(t *testing.T) {
 			if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(leaf.PublicKey) {
 				t.Fatal("the key written is not the key the request was made with")
 			}
-			if _, ok := m.issuance.keys.UnseenRequest("v1"); ok || m.issuance.keys.Count() != 0 {
-				t.Fatalf("keys left after the issuance: %d", m.issuance.keys.Count())
-			}
+			e.expectKeyForgotten("v1")
 		})
 	}
 }
@@ -153,8 +156,9 @@ func TestRefusedCreateForgetsTheKey(t *testing.T) {
 	if _, err := m.ManageVolumeImmediate(context.Background(), "v1"); !apierrors.IsForbidden(err) {
 		t.Fatalf("error %v, want the refusal", err)
 	}
-	if _, ok := m.issuance.keys.UnseenRequest("v1"); ok || m.issuance.keys.Count() != 0 {
-		t.Fatalf("a refused create kept its key (%d keys)", m.issuance.keys.Count())
+	// Its key is forgotten on disk as in memory (pendingkeys' TestRequestDeletedForgetsTheKey).
+	if reqKey, ok := e.persistedKey("v1"); ok {
+		t.Fatalf("a refused create kept its key (%s)", reqKey)
 	}
 	m.UnmanageVolume("v1")
 	e.manageAndIssue("v1")
@@ -171,14 +175,13 @@ func TestSettlingReadsBeforeItCreatesAgain(t *testing.T) {
 	cut := cuttableInformerWatch(e)
 	sentName := loseCreates(e, 1, true)
 	e.register("v1", false)
-	m := e.start()
-	cut()
-	e.poll("the watch to be suspect", m.issuance.requests.WatchSuspect)
+	e.start()
+	e.cutAndWaitSuspect(cut)
 	done := e.manageInBackground("v1")
 	pending := e.waitForPending()
 	// Signed once the publish waits on what its settling read (the request, not yet signed): the
 	// signature reaches it only by a direct read, the watch being down.
-	e.poll("the publish to wait on the request", func() bool { return m.issuance.requests.Waiting() == 1 })
+	e.waitLogged(resumedUnseen, 1)
 	if _, err := testkit.Issue(context.Background(), e.client, e.ca, pending, e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -220,17 +223,17 @@ func TestSettlingWithoutAnAnswerKeepsTheKey(t *testing.T) {
 	if _, err := m.ManageVolumeImmediate(ctx, "v1"); err == nil {
 		t.Fatal("the attempt whose create and settling got no answer succeeded")
 	}
-	held, ok := m.issuance.keys.UnseenRequest("v1")
-	sent := held.Request
+	// The key stays: on disk, and held with the request as sent, which the next attempt settles
+	// (below). So does the request's place in the creation order (certrequests'
+	// TestUnansweredSettlingKeepsTheCreationOrder).
+	reqKey, ok := e.persistedKey("v1")
 	if !ok {
 		t.Fatal("the key was forgotten although the first create's outcome is still unknown")
 	}
-	if !m.issuance.requests.CreatedHere(certrequests.Key(sent.Namespace, sent.Name)) {
-		t.Fatal("the request's place in the creation order was forgotten")
-	}
+	_, sentName, _ := strings.Cut(reqKey, "/")
 	m.UnmanageVolume("v1")
 	e.manageAndIssue("v1")
-	if reqs := e.requests(); len(reqs) != 1 || reqs[0].Name != sent.Name {
+	if reqs := e.requests(); len(reqs) != 1 || reqs[0].Name != sentName {
 		t.Fatalf("%d requests, want only the one first sent", len(reqs))
 	}
 }
@@ -274,7 +277,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 	for _, signedBeforeRetry := range []bool{true, false} {
 		t.Run(map[bool]string{true: "signed before the retry", false: "signed during the retry"}[signedBeforeRetry], func(t *testing.T) {
 			e := newEnv(t, nil)
-			m, release, created, endPublish := e.publishUnseen()
+			_, release, created, endPublish := e.publishUnseen()
 			sign := func() {
 				if _, err := testkit.Issue(context.Background(), e.client, e.ca, &created, e.clock.Now()); err != nil {
 					t.Fatal(err)
@@ -288,7 +291,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 			// kubelet's retry.
 			retry := e.manageInBackground("v1")
 			if !signedBeforeRetry {
-				e.poll("the retry to wait on the request", func() bool { return m.issuance.requests.Waiting() == 1 })
+				e.waitLogged(resumedUnseen, 1)
 				sign()
 				release()
 			}
@@ -309,7 +312,7 @@ func TestLaggingCacheResumesTheCreatedRequest(t *testing.T) {
 				t.Fatal("the key written is not the key the request was made with")
 			}
 			release()
-			e.poll("the cache to show the request", func() bool { _, held := m.issuance.keys.UnseenRequest("v1"); return !held })
+			e.expectKeyForgotten("v1")
 		})
 	}
 }
@@ -344,29 +347,79 @@ func (e *env) publishUnseen() (m *Manager, release func(), created cmapi.Certifi
 // read: the retry still resumes the request, and never creates a second one.
 func TestTheCacheCatchingUpDuringALookupNeverCostsASecondRequest(t *testing.T) {
 	e := newEnv(t, nil)
+	// The retry, by the volume's loop: its attempt reads the volume's requests from the cache,
+	// and the cache catches up just after, before the attempt goes on (the test hook holds it
+	// there).
+	var catchUp func() bool
+	var armed atomic.Bool
+	caughtUp := make(chan bool, 1)
+	e.opts.testHooks.requestsRead = func(volumeID string) {
+		if volumeID == "v1" && armed.CompareAndSwap(true, false) {
+			caughtUp <- catchUp()
+		}
+	}
 	m, release, _, endPublish := e.publishUnseen()
 	endPublish()
-
-	// The retry, by the volume's loop: its attempt reads the volume's requests from the cache,
-	// and the cache catches up just after.
-	caughtUp := make(chan bool, 1)
-	var once sync.Once
-	m.issuance.requestsRead = func() {
-		once.Do(func() {
-			release()
-			caughtUp <- pollFor(func() bool { _, held := m.issuance.keys.UnseenRequest("v1"); return !held })
-		})
+	handled := e.informerBarrier(m)
+	catchUp = func() bool {
+		release()
+		return handled()
 	}
+	armed.Store(true)
 	if !m.ManageVolume("v1") {
 		t.Fatal("ManageVolume = false")
 	}
 	if !<-caughtUp {
-		t.Fatal("the cache did not show the request")
+		t.Fatal("the informer did not handle the events held back")
 	}
-	e.poll("the retry to wait on a request", func() bool { return m.issuance.requests.Waiting() == 1 })
+	e.waitLogged(resumedUnseen, 1)
 	if n := len(e.requests()); n != 1 {
 		t.Fatalf("%d requests for one issuance", n)
 	}
 	e.issuePending()
 	e.poll("the key pair to be written", func() bool { e.mu.Lock(); defer e.mu.Unlock(); return len(e.written["v1"]) == 1 })
+}
+
+// resumedUnseen is what an attempt logs as it resumes a request it created, or may have
+// created, that the informer's cache had not shown.
+const resumedUnseen = "Resuming the CertificateRequest created for this volume (its create's outcome was unknown, or the informer's cache had not shown it)"
+
+// informerBarrier readies a way to learn that the manager's informer has handled every event
+// up to a point, its handlers included (the cache shows an object before they run): it publishes
+// a sentinel volume and ends that publish while its request is pending, so that the manager
+// keeps the request's key on disk. The returned handled deletes that request and waits (bounded)
+// until the key file is gone, which only the informer's delete handler does, after the handlers
+// of every event before the delete; it reports whether that came, and may run on any goroutine.
+func (e *env) informerBarrier(m *Manager) (handled func() bool) {
+	e.t.Helper()
+	e.register("sentinel", false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := m.ManageVolumeImmediate(ctx, "sentinel"); done <- err }()
+	var reqKey string
+	e.poll("the sentinel's request", func() bool {
+		var ok bool
+		reqKey, ok = e.persistedKey("sentinel")
+		return ok && len(e.requests()) > 0 && slices.ContainsFunc(e.requests(), func(r cmapi.CertificateRequest) bool {
+			return certrequests.Key(r.Namespace, r.Name) == reqKey
+		})
+	})
+	cancel()
+	if err := <-done; err == nil {
+		e.t.Fatal("the sentinel's publish succeeded without a signer")
+	}
+	m.UnmanageVolume("sentinel")
+	if got, ok := e.persistedKey("sentinel"); !ok || got != reqKey {
+		e.t.Fatalf("the sentinel's key is not kept on disk (%q, %v)", got, ok)
+	}
+	namespace, name, _ := strings.Cut(reqKey, "/")
+	return func() bool {
+		if err := e.client.CertmanagerV1().CertificateRequests(namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			return false
+		}
+		return pollFor(func() bool {
+			_, err := e.store.ReadPendingKey("sentinel")
+			return errors.Is(err, storage.ErrNotFound)
+		})
+	}
 }

@@ -227,6 +227,9 @@ type Options struct {
 	// its NotAfter less PodCondition.ExpiryMargin (see PodCondition). Default (nil): no condition, no pod is read or written.
 	// A Type that is not a qualified name, a nil Client or a negative ExpiryMargin is an error.
 	PodCondition *PodCondition
+
+	// testHooks are for this package's tests only (see testHooks).
+	testHooks testHooks
 }
 
 // DefaultMaxConcurrentIssuances is the default MaxConcurrentIssuances. It is above kubelet's

@@ -27,6 +27,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/internal/outage"
+	"github.com/cert-manager/csi-lib/test/testkit"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -80,6 +81,7 @@ func TestLoopAttemptsAsSoonAsTheApiserverIsBack(t *testing.T) {
 	})
 	t.Run("a failure the probe contradicts", func(t *testing.T) {
 		e := newEnv(t, nil)
+		testkit.StampLikeAPIServer(e.client, e.clock.Now)
 		var down atomic.Bool
 		refuseWhile(e, &down)
 		refused := false
@@ -93,15 +95,29 @@ func TestLoopAttemptsAsSoonAsTheApiserverIsBack(t *testing.T) {
 		e.register("v1", true)
 		e.start()
 		e.expectAttemptThenWait(30 * time.Second)
-		e.poll("the probe to end", func() bool {
-			return !e.m.issuance.outage.Probing()
-		})
+		e.poll("the probe, which the apiserver answers", func() bool { return versionReads(e) == 1 })
 		e.stepNotYet(30 * time.Second)
 		e.clock.Step(time.Millisecond)
 		if d := e.nextTimer(); d != issueTimeout {
 			t.Fatalf("expected the attempt after the full step, got a %v timer", d)
 		}
+		// The attempt that creates the request is the one at the end of the step, not one that
+		// the probe's answer started a moment before it.
+		if pending := e.waitForPending(); !pending.CreationTimestamp.Time.Equal(start.Add(30 * time.Second)) {
+			t.Fatalf("the request was created at %v, want at the end of the step, %v", pending.CreationTimestamp.Time, start.Add(30*time.Second))
+		}
 	})
+}
+
+// versionReads counts the probes of the apiserver's version the clientset received.
+func versionReads(e *env) int {
+	n := 0
+	for _, a := range e.client.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == "version" {
+			n++
+		}
+	}
+	return n
 }
 
 func TestUnreachable(t *testing.T) {

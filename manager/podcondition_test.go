@@ -18,6 +18,8 @@ package manager
 
 import (
 	"context"
+	"crypto"
+	"errors"
 	"runtime"
 	"slices"
 	"strings"
@@ -37,6 +39,7 @@ import (
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/podcondition"
+	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -164,22 +167,33 @@ func waitCondition(t *testing.T, e *env, kube *kubefake.Clientset, pod string, s
 
 // waitIssuedAndWaiting waits (bounded) until the volume's loop, after a certificate valid from
 // start for 1 h, is blocked on its wait until the certificate is due (40 min), with the
-// certificate's timers armed: overdue (45 min), the expiry margin's (59:58) and expiry (1 h). The
-// fake clock then holds five timers, the pod-condition queue's ticker being the fifth. Before
-// that the clock must not move: a loop that read it before the move would arm its timer, or the
-// certificate's, after it, and wait from the moved clock.
-func waitIssuedAndWaiting(e *env, m *Manager, id string) {
+// certificate's timers armed first: overdue (45 min), the expiry margin's (59:58) and expiry
+// (1 h). The fake clock then holds five timers, the pod-condition queue's ticker being the fifth.
+// Before that the clock must not move: a loop that read it before the move would arm its timer,
+// or the certificate's, after it, and wait from the moved clock.
+func waitIssuedAndWaiting(e *env) {
 	e.t.Helper()
-	e.poll("the loop's wait until due and the certificate's timers", func() bool {
-		return m.armedTimers(id) == 3 && e.clock.Waiters() == 5
-	})
+	e.expectLoopWait(40*time.Minute, 5, certificateDeadlines...)
 }
+
+// certificateDeadlines are the timers of a certificate valid for 1 h from the clock's now, with
+// the pod condition kept: overdue, the expiry margin's and expiry.
+var certificateDeadlines = []time.Duration{45 * time.Minute, time.Hour - DefaultPodConditionExpiryMargin, time.Hour}
 
 // TestPodConditionLifecycle: a pod's first certificate makes its condition True in one write
 // (nothing is written while it is only waiting for it); a failing renewal of a valid certificate
 // writes nothing; expiry makes it False naming the volume; the next issuance makes it True.
 func TestPodConditionLifecycle(t *testing.T) {
-	e, kube := condEnv(t, "v1")
+	e, kube := condEnv(t, append([]string{"v1"}, barrierVolumes...)...)
+	// Only v1's key generation breaks, so that settleWriter's volumes are issued meanwhile.
+	var failKeygen atomic.Bool
+	keygen := e.opts.GeneratePrivateKey
+	e.opts.GeneratePrivateKey = func(meta metadata.Metadata) (crypto.PrivateKey, error) {
+		if meta.VolumeID == "v1" && failKeygen.Load() {
+			return nil, errors.New("keygen broken")
+		}
+		return keygen(meta)
+	}
 	e.register("v1", false)
 	m := e.start()
 	_, done := publishAttempt(t, m, "v1")
@@ -201,7 +215,7 @@ func TestPodConditionLifecycle(t *testing.T) {
 	if gets, patches := podCalls(kube); gets != 0 || patches != 1 {
 		t.Fatalf("%d gets and %d patches for one issuance, want 0 and 1", gets, patches)
 	}
-	waitIssuedAndWaiting(e, m, "v1")
+	waitIssuedAndWaiting(e)
 
 	// Renewal fails from its due time (40 min) on: the certificate is still valid, so the
 	// condition stays True and nothing is written. Each time the clock passes the loop's wait,
@@ -214,7 +228,7 @@ func TestPodConditionLifecycle(t *testing.T) {
 		t.Helper()
 		e.poll(what, func() bool { return e.counter(issueErrors, "v1") == failures && e.clock.Waiters() == 4 })
 	}
-	e.failKeygen.Store(true)
+	failKeygen.Store(true)
 	e.clock.SetTime(start.Add(50 * time.Minute))
 	loopBackingOff("a failed renewal, and the loop's 30 s backoff", 1)
 	if _, patches := podCalls(kube); patches != 1 {
@@ -222,33 +236,35 @@ func TestPodConditionLifecycle(t *testing.T) {
 	}
 
 	// Expiry (1 h) less the margin (2 s): False, naming the volume; not a millisecond before.
+	// The failed renewal a millisecond before shows the volume, as still valid: once the writer
+	// has ended every sync queued so far, pod-v1 still carries True, written once.
 	invalidAt := start.Add(time.Hour - DefaultPodConditionExpiryMargin)
-	validity := func() (v podcondition.Validity) {
-		m.inspectShown("v1", func(s *shownVolume) { v = m.status.validityLocked(s) })
-		return v
-	}
 	e.clock.SetTime(invalidAt.Add(-time.Millisecond))
 	loopBackingOff("a second failed renewal, past the 30 s step, and the loop's 1 min backoff", 2)
-	if v := validity(); v != "" {
-		t.Fatalf("validity %q a millisecond before the margin", v)
+	settleWriter(t, e, m, kube)
+	if c := podCondition(t, kube, "pod-v1"); c == nil || c.Status != corev1.ConditionTrue {
+		t.Fatalf("condition a millisecond before the margin: %+v", c)
+	}
+	if _, patches := podCallsOf(kube, "pod-v1"); patches != 1 {
+		t.Fatalf("%d patches of pod-v1 a millisecond before the margin, want 1", patches)
 	}
 	// The margin's own timer writes the condition: nothing else shows the volume while its loop
-	// waits out its backoff step. validity() shows it, so it is asked only afterwards.
+	// waits out its backoff step.
 	e.clock.SetTime(invalidAt)
 	c = waitCondition(t, e, kube, "pod-v1", corev1.ConditionFalse, PodConditionReasonExpired)
-	if v := validity(); v != PodConditionReasonExpired {
-		t.Fatalf("validity %q at the margin", v)
+	if !c.LastTransitionTime.Time.Equal(invalidAt) {
+		t.Errorf("lastTransitionTime %v, want the margin's %v", c.LastTransitionTime, invalidAt)
 	}
 	if !strings.Contains(c.Message, "v1") {
 		t.Errorf("message %q does not name the volume", c.Message)
 	}
 	// The next issuance: True again. The loop is blocked on its 1 min backoff step (nothing
 	// ends it early), which the step passes.
-	e.failKeygen.Store(false)
+	failKeygen.Store(false)
 	e.clock.Step(10 * time.Minute)
 	e.issuePending()
 	waitCondition(t, e, kube, "pod-v1", corev1.ConditionTrue, PodConditionReasonValid)
-	if _, patches := podCalls(kube); patches != 3 {
+	if _, patches := podCallsOf(kube, "pod-v1"); patches != 3 {
 		t.Fatalf("%d patches, want 3 (True, expired, True)", patches)
 	}
 }
@@ -288,7 +304,10 @@ func TestPodConditionTwoVolumes(t *testing.T) {
 	waitCondition(t, e, kube, "pod-pod", corev1.ConditionTrue, PodConditionReasonValid)
 
 	// At the renewal time both create a request; only b's is signed, and a's certificate
-	// expires.
+	// expires. The clock moves once both loops wait with their certificates' timers (each its
+	// wait and three, and the queue's ticker), whose reports are then forgotten.
+	e.poll("both loops to wait until due", func() bool { return e.clock.Waiters() == 9 })
+	e.drainTimers()
 	e.clock.SetTime(start.Add(40 * time.Minute))
 	e.poll("both renewal requests", func() bool {
 		pending := 0
@@ -306,13 +325,10 @@ func TestPodConditionTwoVolumes(t *testing.T) {
 			}
 		}
 	}
-	e.poll("b's renewal shown", func() bool {
-		renewed := false
-		m.inspectShown("b", func(s *shownVolume) {
-			renewed = s.certificate != nil && s.certificate.notAfter.After(start.Add(time.Hour))
-		})
-		return renewed
-	})
+	// b's renewal is shown once its loop has armed the timers of its new certificate (valid for
+	// 1 h from now) and waits until it is due. a's attempt waits on its request meanwhile, under
+	// its deadline, with its certificate's three timers.
+	e.expectLoopWait(40*time.Minute, 9, certificateDeadlines...)
 	e.clock.SetTime(start.Add(time.Hour))
 	c := waitCondition(t, e, kube, "pod-pod", corev1.ConditionFalse, PodConditionReasonExpired)
 	if !strings.Contains(c.Message, "Volume a ") {
@@ -374,6 +390,7 @@ func TestPodConditionSurvivesRestart(t *testing.T) {
 	}
 	kube.ClearActions()
 
+	e.drainTimers()
 	b := e.start()
 	e.poll("the restarted manager's read of the pod", func() bool { gets, _ := podCallsOf(kube, "pod-v1"); return gets >= 1 })
 	// The restarted loop waits for the renewal, 40 minutes on, with the certificate's timers
@@ -381,9 +398,7 @@ func TestPodConditionSurvivesRestart(t *testing.T) {
 	// manager's queue ticker, which the fake clock keeps, as a fake ticker's Stop does nothing).
 	// Nothing shows the volume again until the clock moves, and the clock does not move: once
 	// the writer has ended every sync of the pods queued so far, nothing else is done for pod-v1.
-	e.poll("the restarted loop's wait until due and the certificate's timers", func() bool {
-		return b.armedTimers("v1") == 3 && e.clock.Waiters() == 6
-	})
+	e.expectLoopWait(40*time.Minute, 6, certificateDeadlines...)
 	settleWriter(t, e, b, kube)
 	if gets, patches := podCallsOf(kube, "pod-v1"); gets != 1 || patches != 0 {
 		t.Fatalf("restart: %d gets and %d patches of pod-v1, want 1 and 0", gets, patches)
@@ -459,12 +474,9 @@ func TestNoPodConditionWithoutTheOption(t *testing.T) {
 	e.register("v1", false)
 	m := e.start()
 	publishAndIssue(t, e, m, "v1")
-	if m.status.conditions != nil || m.status.watching {
-		t.Fatal("pod conditions (or certificate timers) without the option")
-	}
-	if w := m.armedTimers("v1"); w != 0 {
-		t.Fatalf("%d certificate timers without a listener", w)
-	}
+	// The loop arms no timer for the certificate's deadlines before it waits until due, and
+	// that wait is the only timer on the clock: no condition queue's ticker either.
+	e.expectLoopWait(40*time.Minute, 1)
 }
 
 // TestPodConditionDropsAGonePod: a pod deleted before its condition is written is given up on
@@ -472,7 +484,8 @@ func TestNoPodConditionWithoutTheOption(t *testing.T) {
 // when its volume's state is shown again. (That the writer does not retry it, and forgets it
 // with its volume, internal/podcondition's TestGonePodIsDropped checks.)
 func TestPodConditionDropsAGonePod(t *testing.T) {
-	e, kube := condEnv(t, "v1")
+	e, kube := condEnv(t, append([]string{"v1"}, barrierVolumes...)...)
+	e.opts.Metrics.EnableVolumeStateGauge()
 	if err := kube.CoreV1().Pods("ns").Delete(context.Background(), "pod-v1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -482,27 +495,19 @@ func TestPodConditionDropsAGonePod(t *testing.T) {
 	// The writer tells the manager the pod is gone (PodTerminating) while it handles the pod, and
 	// marks it gone before it takes the pod off its queue: a change shown from then on queues
 	// the pod again only after that, and finds it gone.
-	e.poll("the pod to be known gone", func() bool {
-		m.registry.mu.Lock()
-		defer m.registry.mu.Unlock()
-		_, terminating := m.registry.terminating["uid-v1"]
-		return terminating
-	})
+	e.waitLogged("Pod is terminating: ending its volumes' issuance", 1)
 	// A gone pod's volume makes no further attempt (nothing is created for it): its renewal
 	// point passes without one. Its state is shown again when its certificate expires, and
 	// nothing is written.
-	waitIssuedAndWaiting(e, m, "v1")
+	waitIssuedAndWaiting(e)
 	calls := e.counter(issueCalls, "v1")
 	e.clock.SetTime(start.Add(time.Hour))
-	e.poll("the certificate shown expired", func() bool {
-		expired := false
-		m.inspectShown("v1", func(s *shownVolume) { expired = s.status.expired })
-		return expired
-	})
+	e.poll("the certificate shown expired", func() bool { return e.states()["expired"] == 1 })
 	if got := e.counter(issueCalls, "v1"); got != calls {
 		t.Fatalf("%v attempts for a gone pod's volume, want none", got-calls)
 	}
-	if _, patches := podCalls(kube); patches != 1 {
+	settleWriter(t, e, m, kube)
+	if _, patches := podCalls(kube, barrierPods...); patches != 1 {
 		t.Fatalf("%d patches for a gone pod, want the one that found it gone", patches)
 	}
 }

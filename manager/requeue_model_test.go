@@ -127,6 +127,7 @@ func newRequeueHarness(t *testing.T, base, cap time.Duration) *requeueHarness {
 	h := &requeueHarness{t: t, id: "v1", asked: make(chan time.Duration, 1)}
 	h.e = newEnv(t, func(o *Options) {
 		o.GateBackoffConfig = noJitter(base, cap)
+		o.testHooks.requestsRead = func(string) { h.at(beforeGate) }
 		o.MetadataReader = hookedReader{MetadataReader: o.MetadataReader, h: h}
 		// The turn logs this line after the attempt, before it decides its wait.
 		log := funcr.New(func(_, args string) {
@@ -145,7 +146,6 @@ func newRequeueHarness(t *testing.T, base, cap time.Duration) *requeueHarness {
 	// ManageVolume, once the hooks are in place.
 	h.e.register(h.id, false)
 	m := h.e.start()
-	m.issuance.requestsRead = func() { h.at(beforeGate) }
 	if !m.ManageVolume(h.id) {
 		t.Fatal("ManageVolume = false")
 	}

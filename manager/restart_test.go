@@ -23,6 +23,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -51,9 +52,9 @@ func restartWhilePending(t *testing.T, hideKeyStore bool) (creates int, e *env) 
 	e.waitInformerHas(pending)
 	a.Stop()
 
-	b := e.start()
+	e.start()
 	e.poll("B's attempt to resume or replace the request", func() bool {
-		return b.issuance.requests.Waiting() == 1
+		return len(e.logged("Resuming CertificateRequest")) == 1 || len(e.logged("Created CertificateRequest")) == 2
 	})
 	e.issuePending()
 	e.poll("the key pair to be written", func() bool {
@@ -111,7 +112,7 @@ func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
 	a.Stop()
 	// Replace the persisted key with another key for the same request.
 	other, _ := testkit.NewKey()
-	pendingkeys.New(a.log, e.store, storage.ErrNotFound).Remember(a.log, "v1", certrequests.Key(pending.Namespace, pending.Name), other)
+	pendingkeys.New(logr.Discard(), e.store, storage.ErrNotFound).Remember(logr.Discard(), "v1", certrequests.Key(pending.Namespace, pending.Name), other)
 
 	b, err := NewManager(e.opts)
 	if err != nil {

@@ -30,7 +30,9 @@ import (
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cert-manager/csi-lib/test/testkit"
@@ -139,5 +141,25 @@ func TestFallbackReadsOnlyWhenAsked(t *testing.T) {
 				t.Fatalf("the wait set a direct read's timer: %v, want %v", directRead, fallback)
 			}
 		})
+	}
+}
+
+// A settling whose create under the same name gets no answer either (a refused connection, which
+// for a first create would mean the request never left) leaves the first create's outcome
+// unknown: the request keeps its place in this process's creation order, which orders it among
+// the volume's requests whose CreationTimestamps tie.
+func TestUnansweredSettlingKeepsTheCreationOrder(t *testing.T) {
+	v := newView(t)
+	refusing := fake.NewClientset()
+	refusing.PrependReactor("create", "certificaterequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, connectionRefused
+	})
+	sent := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r1"}}
+	v.noteCreated(Key("ns", "r1")) // the first create, whose answer was lost
+	if _, err := v.Settle(context.Background(), refusing, "someone", sent, false); !errors.Is(err, ErrStillUnknown) {
+		t.Fatalf("settling = %v, want ErrStillUnknown", err)
+	}
+	if !v.CreatedHere(Key("ns", "r1")) {
+		t.Fatal("the request's place in the creation order was forgotten")
 	}
 }

@@ -111,3 +111,59 @@ func TestEventsNeverWaitForAKeyFile(t *testing.T) {
 		t.Fatalf("%d keys held after the drop", k.Count())
 	}
 }
+
+// memFiles is a key store in memory.
+type memFiles struct {
+	mu    sync.Mutex
+	files map[string][]byte
+}
+
+func (f *memFiles) WritePendingKey(volumeID string, data []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.files[volumeID] = data
+	return nil
+}
+
+func (f *memFiles) ReadPendingKey(volumeID string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if data, ok := f.files[volumeID]; ok {
+		return data, nil
+	}
+	return nil, errNoFile
+}
+
+func (f *memFiles) RemovePendingKey(volumeID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.files, volumeID)
+	return nil
+}
+
+// TestRequestDeletedForgetsTheKey: a request that no longer exists (deleted, or whose create the
+// apiserver refused) leaves nothing behind: its key is forgotten in memory, its hold ends and its
+// file goes.
+func TestRequestDeletedForgetsTheKey(t *testing.T) {
+	files := &memFiles{files: map[string][]byte{}}
+	k := New(logr.Discard(), files, errNoFile)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Remember(logr.Discard(), "v1", "ns/r1", key)
+	k.HoldUnseen("ns/r1", &cmapi.CertificateRequest{}, false)
+	if _, err := files.ReadPendingKey("v1"); err != nil {
+		t.Fatalf("the key was not persisted: %v", err)
+	}
+	k.RequestDeleted("ns/r1")
+	if _, ok := k.InMemoryKey("ns/r1"); ok || k.Count() != 0 {
+		t.Fatalf("%d keys held after the request was deleted", k.Count())
+	}
+	if _, unseen := k.UnseenRequest("v1"); unseen {
+		t.Fatal("the deleted request is still held as unseen")
+	}
+	if _, err := files.ReadPendingKey("v1"); !errors.Is(err, errNoFile) {
+		t.Fatalf("the deleted request's key file outlived it (read: %v)", err)
+	}
+}
