@@ -171,7 +171,7 @@ func TestWatchFallbackReadsOff(t *testing.T) {
 			m := e.start()
 			e.waitInformerLive()
 			cut()
-			e.poll("the watch to be suspect", m.issuance.requests.WatchSuspect)
+			e.poll("the watch to be suspect", watchSuspect(m))
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {

@@ -100,3 +100,11 @@ func (e *env) stepDirectRead() {
 	e.poll("the direct read's timer", func() bool { return e.clock.Waiters() == 1 })
 	e.clock.Step(certrequests.DirectReadInterval)
 }
+
+// watchSuspect reports, for a poll, whether the manager's informer watch is suspect.
+func watchSuspect(m *Manager) func() bool {
+	return func() bool {
+		suspect, _ := m.issuance.health.WatchSuspect()
+		return suspect
+	}
+}

@@ -173,7 +173,7 @@ func TestSettlingReadsBeforeItCreatesAgain(t *testing.T) {
 	e.register("v1", false)
 	m := e.start()
 	cut()
-	e.poll("the watch to be suspect", m.issuance.requests.WatchSuspect)
+	e.poll("the watch to be suspect", watchSuspect(m))
 	done := e.manageInBackground("v1")
 	pending := e.waitForPending()
 	// Signed once the publish waits on what its settling read (the request, not yet signed): the

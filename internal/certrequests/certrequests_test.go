@@ -30,9 +30,14 @@ import (
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/cert-manager/csi-lib/internal/apicall"
+	"github.com/cert-manager/csi-lib/internal/apihealth"
+	"github.com/cert-manager/csi-lib/internal/lifetime"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -41,40 +46,45 @@ var (
 	connectionReset   = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 )
 
-// newView is a View on a fake clientset, not started.
-func newView(t *testing.T) *View {
-	t.Helper()
-	v, err := New(fake.NewClientset(), testclock.NewFakeClock(time.Now()), "node-hash", true, func(string) {}, func(string) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// A call that got no answer at all makes the watch suspect (client-go retries a refused watch
-// without telling the informer); an answer, even a refusal, or the caller's own deadline does
-// not. An open watch, or an event through one, clears it.
-func TestUnansweredCallMakesTheWatchSuspect(t *testing.T) {
-	m := newView(t)
+// A create that finds the apiserver unreachable tells the one owner of its health, which makes
+// the watch suspect and starts probing the apiserver, both at once; a create the apiserver
+// answers, even with a refusal, does neither.
+func TestUnreachableCreateMakesTheWatchSuspectAndStartsTheProbe(t *testing.T) {
 	for name, tc := range map[string]struct {
-		err     error
-		suspect bool
+		err    error
+		outage bool
 	}{
 		"refused connection": {connectionRefused, true},
-		"reset connection":   {connectionReset, true},
 		"a 500":              {apierrors.NewInternalError(errors.New("etcd")), false},
-		"a 429":              {apierrors.NewTooManyRequests("slow down", 1), false},
-		"the deadline":       {context.DeadlineExceeded, false},
 	} {
-		m.watchLive()
-		m.noteCallFailed(fmt.Errorf("creating CertificateRequest: %w", tc.err))
-		if got := m.WatchSuspect(); got != tc.suspect {
-			t.Errorf("%s: suspect %v, want %v", name, got, tc.suspect)
-		}
-	}
-	m.watchLive()
-	if m.WatchSuspect() {
-		t.Error("an open watch left the watch suspect")
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset()
+			client.PrependReactor("create", "certificaterequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, tc.err
+			})
+			life := lifetime.New()
+			defer life.End()
+			probed := make(chan struct{})
+			health := apihealth.New(testclock.NewFakeClock(time.Now()), func(ctx context.Context) error {
+				probed <- struct{}{}
+				return nil
+			}, life, nil)
+			v, err := New(client, testclock.NewFakeClock(time.Now()), "node-hash", health, true, func(string) {}, func(string) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r"}}
+			if _, err := v.Create(context.Background(), client, apicall.DriverAccount, req); !errors.Is(err, tc.err) {
+				t.Fatalf("the create's error %v, want %v", err, tc.err)
+			}
+			suspect, _ := health.WatchSuspect()
+			if suspect != tc.outage || health.Probing() != tc.outage {
+				t.Fatalf("watch suspect %v, probing %v; want both %v", suspect, health.Probing(), tc.outage)
+			}
+			if tc.outage {
+				<-probed
+			}
+		})
 	}
 }
 
@@ -114,13 +124,14 @@ func TestFallbackReadsOnlyWhenAsked(t *testing.T) {
 		t.Run(fmt.Sprintf("fallback reads %v", fallback), func(t *testing.T) {
 			client := fake.NewClientset()
 			clk := testkit.NewRecordingClock(time.Now())
-			v, err := New(client, clk, "node-hash", fallback, func(string) {}, func(string) {})
+			health := apihealth.New(clk, nil, nil, nil)
+			v, err := New(client, clk, "node-hash", health, fallback, func(string) {}, func(string) {})
 			if err != nil {
 				t.Fatal(err)
 			}
 			// The informer is not started, so no watch it opens can clear the mark; the wait
 			// reads its (empty) cache.
-			v.suspectWatch()
+			health.CallFailed(connectionRefused)
 			waitCtx, endWait := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
