@@ -49,9 +49,30 @@ func newProbes() *probes {
 	return &probes{calls: make(chan struct{}), answers: make(chan error), ended: make(chan ID, 1)}
 }
 
-func (p *probes) probe(context.Context) error {
-	p.calls <- struct{}{}
-	return <-p.answers
+// probe reports its call and returns the answer it is given, or the context's end: a test that
+// fails early leaves no probe behind.
+func (p *probes) probe(ctx context.Context) error {
+	select {
+	case p.calls <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-p.answers:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// called waits, with a bound, for the next probe.
+func (p *probes) called(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the apiserver was not probed")
+	}
 }
 
 // noticed is a Health on a fake clock, told of a call that found the apiserver unreachable,
@@ -67,7 +88,7 @@ func noticed(t *testing.T) (*testclock.FakeClock, *probes, *Health, ID) {
 	if !probed {
 		t.Fatal("an unreachable apiserver's outage will not be told to end")
 	}
-	<-p.calls
+	p.called(t)
 	return clk, p, h, id
 }
 
@@ -111,7 +132,7 @@ func TestAnOutageEndsWhenAProbeAnswersAfterOneFailed(t *testing.T) {
 	default:
 	}
 	clk.Step(time.Nanosecond)
-	<-p.calls
+	p.called(t)
 	notEnded(t, p, "the outage ended before a probe answered")
 	p.answers <- nil
 	if ended := <-p.ended; ended != id {
@@ -123,7 +144,7 @@ func TestAnOutageEndsWhenAProbeAnswersAfterOneFailed(t *testing.T) {
 	if next, _ := h.CallFailed(connectionRefused); next == id {
 		t.Error("a failure after the outage ended got the ended outage's ID")
 	}
-	<-p.calls
+	p.called(t)
 	p.answers <- nil
 }
 
@@ -140,7 +161,7 @@ func TestAFailureTheFirstProbeContradictsWasNoOutage(t *testing.T) {
 	if next, _ := h.CallFailed(connectionRefused); next != id {
 		t.Errorf("the next failure belongs to outage %d, want %d", next, id)
 	}
-	<-p.calls
+	p.called(t)
 	p.answers <- nil
 }
 
@@ -188,7 +209,7 @@ func TestAnUnansweredCallMakesTheWatchSuspectAndStartsTheProbe(t *testing.T) {
 				t.Error("an open watch left the watch suspect")
 			}
 			if tc.outage {
-				<-p.calls
+				p.called(t)
 				if !h.Probing() {
 					t.Error("an open watch ended the probe")
 				}
