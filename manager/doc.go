@@ -65,9 +65,9 @@ limitations under the License.
 //	admission       the node-wide limits: slots and a rate bucket, first come first served
 //	apihealth       what is known of the apiserver's health, the one owner of it: whether the
 //	                informer's watch is suspect (a wait then reads its request past the cache),
-//	                and an outage (a call found the apiserver unreachable, which makes the watch
-//	                suspect too), probed until it answers; it tells the loops whose attempts
-//	                failed in an outage its end
+//	                and an outage (a renewal attempt failed for want of the apiserver, which
+//	                makes the watch suspect too), probed until it answers; it tells the loops
+//	                whose attempts failed in an outage its end
 //	podcondition    writes each pod's condition for its readiness gates, from a queue
 //	accesscheck     the start-up access check (SelfSubjectAccessReview)
 //	origin          the origin annotations' keys, and the pod's service account UID from its tokens

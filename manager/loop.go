@@ -208,7 +208,7 @@ func (r *renewer) backoff(s *loopState, outcome error, first bool) (time.Duratio
 	}
 	s.gate = r.schedule.gate
 	delay := s.renewal.Step()
-	if id, told := r.iss.health.CallFailed(outcome); told {
+	if id, told := r.iss.health.AttemptFailed(outcome); told {
 		s.outage = id
 		return delay, waitAfterOutage
 	}

@@ -203,8 +203,8 @@ type Options struct {
 	// upstream.
 	DisableAccessCheck bool
 
-	// DisableOutageProbe turns off the outage probe. By default, once a call of an attempt finds
-	// that the apiserver cannot be reached (a refused or broken connection), the manager asks the
+	// DisableOutageProbe turns off the outage probe. By default, once an attempt fails because
+	// the apiserver cannot be reached (a refused or broken connection), the manager asks the
 	// apiserver for /version (a GET that every client may make) at once and then every 500 ms on
 	// Clock, one probe at a time per node, until it answers; the loops whose attempts failed in
 	// that outage then attempt again at once instead of at the end of their renewal backoff

@@ -16,11 +16,12 @@ limitations under the License.
 
 // Package apihealth is the one owner of what the library knows of the apiserver's health:
 // whether the informer's watch of the node's requests is suspect (its events may not come), and
-// whether the apiserver is unreachable and probed (an outage, with its ID). A call that finds the
-// apiserver unreachable tells both at once. Those who act on them subscribe: a wait for a request
-// takes WatchSuspect's channel, closed when the watch becomes suspect, and the loops whose
-// attempts failed in an outage are told its end by the function given to New. Both are told after
-// the lock is released.
+// whether the apiserver is unreachable and probed (an outage, with its ID). A renewal attempt that
+// fails for want of the apiserver tells both at once; any other call that gets no answer makes
+// the watch suspect. Those who act on them subscribe: a wait for a request takes WatchSuspect's
+// channel, closed when the watch becomes suspect, and the loops whose attempts failed in an
+// outage are told its end by the function given to New. Both are told after the lock is
+// released.
 package apihealth
 
 import (
@@ -55,8 +56,10 @@ type ID uint64
 // it), until a watch is opened or an event comes through one. A wait for a request then reads it
 // past the cache, so that a broken watch never holds a signed certificate back.
 //
-// An outage starts when a call finds the apiserver unreachable: it is probed at once and every
-// ProbeInterval until it answers. A loop whose attempt failed in the outage waits its renewal
+// An outage starts when a renewal attempt fails for want of the apiserver: it is probed at once
+// and every ProbeInterval until it answers. Only such a failure starts one, since only a loop
+// waits for its end: kubelet retries a publish, and a call whose loss the attempt itself settled
+// (a lost response) failed nothing. A loop whose attempt failed in the outage waits its renewal
 // backoff as after any error, but the outage's end ends that wait, so that due volumes renew as
 // soon as the apiserver is back (admission still bounds how many attempts start at once). An
 // outage is confirmed by a probe that fails; a failure the first probe contradicts was not one,
@@ -85,26 +88,24 @@ func New(clk clock.Clock, probe func(ctx context.Context) error, life *lifetime.
 	return &Health{clock: clk, probe: probe, life: life, outageEnded: outageEnded, suspected: make(chan struct{})}
 }
 
-// CallFailed learns from a call to the apiserver that failed with err. One that got no answer
-// at all (apicall.Unreachable) makes the watch suspect and starts probing the apiserver, unless a
-// probe runs. It returns the ID of the outage err belongs to and whether that outage's end will
-// be told: false when err is not an outage's, or without a probe.
-func (h *Health) CallFailed(err error) (ID, bool) {
+// CallFailed learns from a call to the apiserver that failed with err: one that got no answer
+// at all (apicall.Unreachable) makes the watch suspect, the watch depending on the same
+// apiserver (client-go retries a refused watch without reporting it).
+func (h *Health) CallFailed(err error) {
+	if apicall.Unreachable(err) {
+		h.suspectWatch(false)
+	}
+}
+
+// AttemptFailed learns from a renewal attempt that failed with err. One that failed for want of
+// the apiserver (apicall.Unreachable: a call of it got no answer) makes the watch suspect and
+// starts an outage's probe, unless a probe runs. It returns the ID of the outage and whether its
+// end will be told: false when err is not an outage's, or without a probe.
+func (h *Health) AttemptFailed(err error) (ID, bool) {
 	if !apicall.Unreachable(err) {
 		return 0, false
 	}
-	h.mu.Lock()
-	suspected := h.becomeSuspect()
-	id, probed := h.current, h.probe != nil
-	if probed && !h.probing {
-		if tr := h.life.Track(); tr != nil {
-			h.probing = true
-			go h.probeUntilBack(tr)
-		}
-	}
-	h.mu.Unlock()
-	tell(suspected)
-	return id, probed
+	return h.suspectWatch(true)
 }
 
 // WatchSuspect reports whether the watch is suspect, and returns a channel that is closed when
@@ -119,33 +120,30 @@ func (h *Health) WatchSuspect() (bool, <-chan struct{}) {
 // suspect, since it could not be opened.
 func (h *Health) WatchError(ctx context.Context, r *cache.Reflector, err error) {
 	cache.DefaultWatchErrorHandler(ctx, r, err)
-	h.suspectWatch()
+	h.suspectWatch(false)
 }
 
-// suspectWatch makes the watch suspect.
-func (h *Health) suspectWatch() {
+// suspectWatch makes the watch suspect and, with probe, probes the apiserver unless a probe runs
+// or New was given none. It returns the current outage's ID and whether its end will be told.
+func (h *Health) suspectWatch(probe bool) (ID, bool) {
 	h.mu.Lock()
-	suspected := h.becomeSuspect()
+	var suspected chan struct{}
+	if !h.suspect {
+		h.suspect = true
+		suspected, h.suspected = h.suspected, make(chan struct{})
+	}
+	id, probed := h.current, probe && h.probe != nil
+	if probed && !h.probing {
+		if tr := h.life.Track(); tr != nil {
+			h.probing = true
+			go h.probeUntilBack(tr)
+		}
+	}
 	h.mu.Unlock()
-	tell(suspected)
-}
-
-// becomeSuspect makes the watch suspect and, if it was not, returns the channel to close once
-// the lock is released. h.mu is held.
-func (h *Health) becomeSuspect() chan struct{} {
-	if h.suspect {
-		return nil
-	}
-	h.suspect = true
-	suspected := h.suspected
-	h.suspected = make(chan struct{})
-	return suspected
-}
-
-func tell(suspected chan struct{}) {
 	if suspected != nil {
-		close(suspected)
+		close(suspected) // after the lock: the waits are told, never called, under it
 	}
+	return id, probed
 }
 
 // watchLive is told that a watch was opened (it sends everything that changed since the cache's

@@ -75,7 +75,7 @@ func (p *probes) called(t *testing.T) {
 	}
 }
 
-// noticed is a Health on a fake clock, told of a call that found the apiserver unreachable,
+// noticed is a Health on a fake clock, told of an attempt that failed for want of the apiserver,
 // whose outage ID it returns; its first probe has been called and waits for its answer on
 // p.answers. The outages its outageEnded hook is told of go to p.ended.
 func noticed(t *testing.T) (*testclock.FakeClock, *probes, *Health, ID) {
@@ -84,7 +84,7 @@ func noticed(t *testing.T) (*testclock.FakeClock, *probes, *Health, ID) {
 	t.Cleanup(life.End)
 	p := newProbes()
 	h := New(clk, p.probe, life, func(id ID) { p.ended <- id })
-	id, probed := h.CallFailed(connectionRefused)
+	id, probed := h.AttemptFailed(connectionRefused)
 	if !probed {
 		t.Fatal("an unreachable apiserver's outage will not be told to end")
 	}
@@ -122,7 +122,7 @@ func TestAnOutageEndsWhenAProbeAnswersAfterOneFailed(t *testing.T) {
 	clk, p, h, id := noticed(t)
 	p.answers <- errors.New("connection refused")
 	waitForTimer(clk)
-	if next, _ := h.CallFailed(connectionReset); next != id || !h.Probing() {
+	if next, _ := h.AttemptFailed(connectionReset); next != id || !h.Probing() {
 		t.Fatal("a second failure during the outage did not share the running probe")
 	}
 	clk.Step(ProbeInterval - time.Nanosecond)
@@ -141,7 +141,7 @@ func TestAnOutageEndsWhenAProbeAnswersAfterOneFailed(t *testing.T) {
 	for h.Probing() {
 		runtime.Gosched()
 	}
-	if next, _ := h.CallFailed(connectionRefused); next == id {
+	if next, _ := h.AttemptFailed(connectionRefused); next == id {
 		t.Error("a failure after the outage ended got the ended outage's ID")
 	}
 	p.called(t)
@@ -158,72 +158,81 @@ func TestAFailureTheFirstProbeContradictsWasNoOutage(t *testing.T) {
 		runtime.Gosched()
 	}
 	notEnded(t, p, "a failure the first probe contradicted was reported as an outage that ended")
-	if next, _ := h.CallFailed(connectionRefused); next != id {
+	if next, _ := h.AttemptFailed(connectionRefused); next != id {
 		t.Errorf("the next failure belongs to outage %d, want %d", next, id)
 	}
 	p.called(t)
 	p.answers <- nil
 }
 
-// A call that got no answer at all makes the watch suspect (client-go retries a refused watch
-// without telling the informer) and starts the probe, both at once; an answer, even a refusal,
-// or the caller's own deadline does neither. An open watch, or an event through one, clears the
+// An error that is no answer at all (a refused or reset connection) makes the watch suspect
+// (client-go retries a refused watch without telling the informer): from a call, alone; from a
+// renewal attempt, with the outage's probe started, both at once. An answer, even a refusal, or
+// the caller's own deadline does neither. An open watch, or an event through one, clears the
 // suspicion, and leaves the probe running.
-func TestAnUnansweredCallMakesTheWatchSuspectAndStartsTheProbe(t *testing.T) {
+func TestAnUnansweredCallMakesTheWatchSuspectAndAFailedAttemptStartsTheProbe(t *testing.T) {
 	for name, tc := range map[string]struct {
-		err     error
-		outage  bool
-		suspect bool
+		err        error
+		unanswered bool
 	}{
-		"refused connection": {connectionRefused, true, true},
-		"reset connection":   {connectionReset, true, true},
-		"a 500":              {apierrors.NewInternalError(errors.New("etcd")), false, false},
-		"a 429":              {apierrors.NewTooManyRequests("slow down", 1), false, false},
-		"the deadline":       {context.DeadlineExceeded, false, false},
+		"refused connection": {connectionRefused, true},
+		"reset connection":   {connectionReset, true},
+		"a 500":              {apierrors.NewInternalError(errors.New("etcd")), false},
+		"a 429":              {apierrors.NewTooManyRequests("slow down", 1), false},
+		"the deadline":       {context.DeadlineExceeded, false},
 	} {
-		t.Run(name, func(t *testing.T) {
-			life := lifetime.New()
-			defer life.End()
-			p := newProbes()
-			h := New(testclock.NewFakeClock(time.Now()), p.probe, life, nil)
-			_, becomes := h.WatchSuspect()
-			_, probed := h.CallFailed(fmt.Errorf("creating CertificateRequest: %w", tc.err))
-			select {
-			case <-becomes:
-				if !tc.suspect {
-					t.Error("the channel of WatchSuspect was closed, the watch not being suspect")
+		for _, attempt := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, attempt %v", name, attempt), func(t *testing.T) {
+				life := lifetime.New()
+				defer life.End()
+				p := newProbes()
+				h := New(testclock.NewFakeClock(time.Now()), p.probe, life, nil)
+				_, becomes := h.WatchSuspect()
+				err := fmt.Errorf("creating CertificateRequest: %w", tc.err)
+				probed := false
+				if attempt {
+					_, probed = h.AttemptFailed(err)
+				} else {
+					h.CallFailed(err)
 				}
-			default:
-				if tc.suspect {
-					t.Error("the channel of WatchSuspect was not closed")
+				select {
+				case <-becomes:
+					if !tc.unanswered {
+						t.Error("the channel of WatchSuspect was closed, the watch not being suspect")
+					}
+				default:
+					if tc.unanswered {
+						t.Error("the channel of WatchSuspect was not closed")
+					}
 				}
-			}
-			if got := suspect(h); got != tc.suspect {
-				t.Errorf("suspect %v, want %v", got, tc.suspect)
-			}
-			if probed != tc.outage || h.Probing() != tc.outage {
-				t.Fatalf("the outage will be told: %v, probing %v; want %v", probed, h.Probing(), tc.outage)
-			}
-			h.watchLive()
-			if suspect(h) {
-				t.Error("an open watch left the watch suspect")
-			}
-			if tc.outage {
-				p.called(t)
-				if !h.Probing() {
-					t.Error("an open watch ended the probe")
+				if got := suspect(h); got != tc.unanswered {
+					t.Errorf("suspect %v, want %v", got, tc.unanswered)
 				}
-				p.answers <- nil
-			}
-		})
+				outage := attempt && tc.unanswered
+				if probed != outage || h.Probing() != outage {
+					t.Fatalf("the outage will be told: %v, probing %v; want %v", probed, h.Probing(), outage)
+				}
+				h.watchLive()
+				if suspect(h) {
+					t.Error("an open watch left the watch suspect")
+				}
+				if outage {
+					p.called(t)
+					if !h.Probing() {
+						t.Error("an open watch ended the probe")
+					}
+					p.answers <- nil
+				}
+			})
+		}
 	}
 }
 
-// Without a probe (Options.DisableOutageProbe), a call that found the apiserver unreachable
+// Without a probe (Options.DisableOutageProbe), an attempt that failed for want of the apiserver
 // still makes the watch suspect, and no outage's end will be told.
 func TestWithoutAProbeTheWatchIsStillSuspect(t *testing.T) {
 	h := New(testclock.NewFakeClock(time.Now()), nil, nil, nil)
-	if _, probed := h.CallFailed(connectionRefused); probed || h.Probing() {
+	if _, probed := h.AttemptFailed(connectionRefused); probed || h.Probing() {
 		t.Error("an outage is probed without a probe")
 	}
 	if !suspect(h) {

@@ -77,7 +77,7 @@ func (r *relay) run(h *Health) {
 		case ev, ok := <-r.inner.ResultChan():
 			if !ok {
 				if r.ctx.Err() == nil {
-					h.suspectWatch()
+					h.suspectWatch(false)
 				}
 				return
 			}

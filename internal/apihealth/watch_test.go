@@ -36,7 +36,7 @@ const bound = 10 * time.Second
 // newHealth is a Health without a probe, its watch suspect.
 func newHealth() *Health {
 	h := New(testclock.NewFakeClock(time.Now()), nil, nil, nil)
-	h.suspectWatch()
+	h.suspectWatch(false)
 	return h
 }
 
@@ -62,7 +62,7 @@ func (s *source) WatchWithContext(context.Context, metav1.ListOptions) (watch.In
 // open opens a watch through h.Observe, and checks that its opening cleared the suspicion.
 func open(t *testing.T, ctx context.Context, h *Health) (watch.Interface, *watch.FakeWatcher) {
 	t.Helper()
-	h.suspectWatch()
+	h.suspectWatch(false)
 	src := &source{watches: make(chan *watch.FakeWatcher, 1)}
 	w, err := h.Observe(src).WatchWithContext(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -93,7 +93,7 @@ func TestEventsPassInOrderAndEachClearsTheSuspicion(t *testing.T) {
 	w, inner := open(t, context.Background(), h)
 	defer w.Stop()
 	for _, name := range []string{"a", "b", "c"} {
-		h.suspectWatch()
+		h.suspectWatch(false)
 		inner.Add(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}})
 		ev := <-w.ResultChan()
 		if got := ev.Object.(*metav1.PartialObjectMetadata).Name; got != name {
@@ -162,7 +162,7 @@ func TestEndAfterTheContextIsNotReported(t *testing.T) {
 func TestStopWhileAnEventIsPending(t *testing.T) {
 	h := newHealth()
 	w, inner := open(t, context.Background(), h)
-	h.suspectWatch()
+	h.suspectWatch(false)
 	inner.Add(&metav1.PartialObjectMetadata{})
 	// The relay clears the suspicion as it takes the event, then holds it: nobody reads it.
 	for deadline := time.Now().Add(bound); suspect(h); runtime.Gosched() {
