@@ -24,7 +24,7 @@ limitations under the License.
 // after it. The Manager wires the owners together, serves the public API and ends registrations
 // (Manager.end, the one way out of every registration). The owners below call back into it only
 // through functions it hands them: the loops end a volume whose metadata is gone, series deletes
-// a volume's series, outage ends the outage's waits, podcondition reports a pod gone, and
+// a volume's series, apihealth ends an outage's waits, podcondition reports a pod gone, and
 // pendingkeys lets a swept key's grace period end.
 //
 //	resume.go       a restart: the stored volumes and the kept keys the previous process left
@@ -55,15 +55,19 @@ limitations under the License.
 // The owners that know nothing of volumes are packages of their own, under internal/:
 //
 //	certrequests    the node's CertificateRequests: the informer, and finding, creating,
-//	                settling, waiting for and deleting a volume's requests
+//	                settling, waiting for and deleting a volume's requests; it tells apihealth
+//	                of its failed calls and of the informer's watches
 //	pendingkeys     the private keys of submitted requests, in memory and beside the metadata,
 //	                and those the start-up sweep kept
 //	workqueue       the work queue the loops turn on: keys wait on timers of the injected
 //	                clock, become ready in one FIFO, and are processed by workers started on
 //	                demand, never two at once for one key; it keeps a pending Requeue
 //	admission       the node-wide limits: slots and a rate bucket, first come first served
-//	outage          notices an unreachable apiserver, probes it, and tells the loops that failed
-//	                for want of it when it is back
+//	apihealth       what is known of the apiserver's health, the one owner of it: whether the
+//	                informer's watch is suspect (a wait then reads its request past the cache),
+//	                and an outage (a renewal attempt failed for want of the apiserver, which
+//	                makes the watch suspect too), probed until it answers; it tells the loops
+//	                whose attempts failed in an outage its end
 //	podcondition    writes each pod's condition for its readiness gates, from a queue
 //	accesscheck     the start-up access check (SelfSubjectAccessReview)
 //	origin          the origin annotations' keys, and the pod's service account UID from its tokens
@@ -155,8 +159,8 @@ limitations under the License.
 // that a lagging cache caused reads the request instead of creating another. A pod that terminates
 // (PodTerminating, the pod condition's reads, or the request deleted by the garbage collector)
 // ends the publish at once. A wait whose informer watch is suspect (its stream ended unasked, a
-// new one could not be opened, or a call found the apiserver unreachable) reads its request from
-// the apiserver until a watch is open again.
+// new one could not be opened, or a call found the apiserver unreachable; apihealth knows which)
+// reads its request from the apiserver until a watch is open again.
 //
 // # Permissions
 //
@@ -198,7 +202,7 @@ limitations under the License.
 //	                         1 s tick after the volume is managed, and steps from there
 //	any other error          the renewal backoff; nothing ends this wait early, which protects
 //	                         the signers and the apiserver, except the end of an outage when
-//	                         the attempt could not reach the apiserver (outage probes it)
+//	                         the attempt could not reach the apiserver (apihealth probes it)
 //
 // A Requeue that comes during a turn is answered by the turn's attempt if it comes before the
 // attempt starts; otherwise it ends the wait the turn decides, if a Requeue ends that wait. So a
@@ -237,10 +241,11 @@ limitations under the License.
 //	deadline      attemptDeadline.mu: the timer of one background attempt
 //	queue         workqueue.Queue.mu: every key's place, state and timer; the worker counts
 //	admission     admission.Limits.mu: the slots in use, the waiters, the token timer
-//	outage        outage.Outage.mu: whether a probe runs, and the current outage's ID
+//	apihealth     apihealth.Health.mu: whether the informer's watch is suspect, whether a probe
+//	              runs, and the current outage's ID
 //	pendingkeys   pendingkeys.Keys.mu: the held keys and those the sweep kept; a lock per volume
 //	              (taken before mu) orders that volume's key file reads and writes
-//	certrequests  certrequests.View.mu: the creation order, the waiters, the watch's health
+//	certrequests  certrequests.View.mu: the creation order, the waiters, the informer's refusals
 //	lifetime      lifetime.Lifetime.mu: the goroutines Stop waits for
 //
 // No lock is held while another owner's method is called, except in this order:
@@ -256,7 +261,7 @@ limitations under the License.
 //	                        the wait (requeueEnds, the outage's match): pure functions of the
 //	                        state handed to them, which take no lock
 //	admission -> rate       x/time/rate's limiter, with a lock of its own that calls nothing
-//	outage -> lifetime      a probe is tracked as it starts
+//	apihealth -> lifetime   a probe is tracked as it starts
 //
 // The registry and the status never hold each other's lock: a registration is added to the
 // registry, then shown; it is closed as the registry removes it, then no longer shown, and the
@@ -267,9 +272,10 @@ limitations under the License.
 // key is still held, on the informer's goroutine).
 //
 // The clock, the contexts and lifetime are last of all. certrequests and lifetime call nothing
-// under their locks. Callbacks out of an owner (an outage ending, a pod gone, a timer firing) run
-// without its lock, and a timer's function runs on its own goroutine, never under the fake
-// clock's lock.
+// under their locks; certrequests tells apihealth of a failed call or a watch without holding its
+// own. Callbacks out of an owner (an outage ending, a pod gone, a timer firing) run without its
+// lock, as does the closing of the channel that tells the waits the watch became suspect, and a
+// timer's function runs on its own goroutine, never under the fake clock's lock.
 //
 // # Blocking and the clock
 //

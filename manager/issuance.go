@@ -22,8 +22,8 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/admission"
 	"github.com/cert-manager/csi-lib/internal/apicall"
+	"github.com/cert-manager/csi-lib/internal/apihealth"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
-	"github.com/cert-manager/csi-lib/internal/outage"
 	"github.com/cert-manager/csi-lib/internal/pendingkeys"
 	"github.com/cert-manager/csi-lib/storage"
 )
@@ -46,9 +46,9 @@ type issuance struct {
 	keys      *pendingkeys.Keys
 	admission *admission.Limits
 	status    *status
-	// outage tells the loops when an apiserver they could not reach is back; nil with
-	// Options.DisableOutageProbe.
-	outage *outage.Outage
+	// health is what is known of the apiserver's health: it tells the loops when an apiserver
+	// they could not reach is back (not with Options.DisableOutageProbe).
+	health *apihealth.Health
 	// requestsRead is Options.testHooks.requestsRead; nil outside tests.
 	requestsRead func(volumeID string)
 }

@@ -22,9 +22,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/cert-manager/csi-lib/internal/apicall"
+	"github.com/cert-manager/csi-lib/internal/apihealth"
 	"github.com/cert-manager/csi-lib/internal/lifetime"
-	"github.com/cert-manager/csi-lib/internal/outage"
 	"github.com/cert-manager/csi-lib/internal/workqueue"
 	"github.com/cert-manager/csi-lib/metadata"
 	"github.com/cert-manager/csi-lib/storage"
@@ -69,7 +68,7 @@ type loopState struct {
 	polling bool
 	left    time.Duration
 	// outage is the outage that failed the last attempt.
-	outage outage.ID
+	outage apihealth.ID
 	// known is the volume's metadata, just read, for the loop's first turn; nil: the turn reads
 	// it.
 	known *metadata.Metadata
@@ -209,8 +208,8 @@ func (r *renewer) backoff(s *loopState, outcome error, first bool) (time.Duratio
 	}
 	s.gate = r.schedule.gate
 	delay := s.renewal.Step()
-	if apicall.Unreachable(outcome) && r.iss.outage != nil {
-		s.outage = r.iss.outage.Noticed()
+	if id, told := r.iss.health.AttemptFailed(outcome); told {
+		s.outage = id
 		return delay, waitAfterOutage
 	}
 	return delay, waitAfterError
@@ -232,7 +231,7 @@ const (
 	// and the apiserver.
 	waitAfterError
 	// waitAfterOutage: the apiserver could not be reached. The end of the outage ends the wait
-	// (see outage); nothing else does.
+	// (see apihealth); nothing else does.
 	waitAfterOutage
 )
 

@@ -30,10 +30,10 @@ import (
 	"github.com/cert-manager/csi-lib/internal/accesscheck"
 	"github.com/cert-manager/csi-lib/internal/admission"
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/apihealth"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/csilibdebug"
 	"github.com/cert-manager/csi-lib/internal/lifetime"
-	"github.com/cert-manager/csi-lib/internal/outage"
 	"github.com/cert-manager/csi-lib/internal/pendingkeys"
 	"github.com/cert-manager/csi-lib/internal/podcondition"
 	"github.com/cert-manager/csi-lib/internal/workqueue"
@@ -111,10 +111,12 @@ func NewManager(opts Options) (*Manager, error) {
 		limits.PerSecond, limits.Burst = rl.PerSecond, rl.Burst
 	}
 	m.issuance.admission = admission.New(limits)
+	var probe func(context.Context) error
 	if !opts.DisableOutageProbe {
-		m.issuance.outage = outage.New(opts.Clock, outage.APIServerProbe(opts.Client), m.life, m.outageEnded)
+		probe = apihealth.APIServerProbe(opts.Client)
 	}
-	if m.issuance.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, !opts.DisableWatchFallbackReads, m.issuance.keys.Seen, m.issuance.keys.RequestDeleted); err != nil {
+	m.issuance.health = apihealth.New(opts.Clock, probe, m.life, m.outageEnded)
+	if m.issuance.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.issuance.health, !opts.DisableWatchFallbackReads, m.issuance.keys.Seen, m.issuance.keys.RequestDeleted); err != nil {
 		m.life.End()
 		return nil, err
 	}
@@ -398,7 +400,7 @@ func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
 }
 
 // outageEnded ends the waits of the loops whose attempt failed in the outage that ended.
-func (m *Manager) outageEnded(id outage.ID) {
+func (m *Manager) outageEnded(id apihealth.ID) {
 	m.queue.WakeAll(func(s loopState) bool { return s.wait == waitAfterOutage && s.outage == id })
 }
 

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/cert-manager/csi-lib/internal/apicall"
-	"github.com/cert-manager/csi-lib/internal/outage"
+	"github.com/cert-manager/csi-lib/internal/apihealth"
 	"github.com/cert-manager/csi-lib/test/testkit"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -63,20 +63,20 @@ func TestLoopAttemptsAsSoonAsTheApiserverIsBack(t *testing.T) {
 		}
 		// The loop waits its 30 s step; the probe failed and waits its interval.
 		got := map[time.Duration]bool{e.nextTimer(): true, e.nextTimer(): true}
-		if !got[30*time.Second] || !got[outage.ProbeInterval] {
+		if !got[30*time.Second] || !got[apihealth.ProbeInterval] {
 			t.Fatalf("timers %v, want the backoff step and the probe interval", got)
 		}
 		e.poll("the loop and the prober to wait", func() bool { return e.clock.Waiters() == 2 })
 
 		down.Store(false)
-		e.clock.Step(outage.ProbeInterval)
+		e.clock.Step(apihealth.ProbeInterval)
 		if d := e.nextTimer(); d != issueTimeout {
 			t.Fatalf("the apiserver is back but the loop did not attempt (next timer %v)", d)
 		}
 		e.issuePending()
 		e.poll("the certificate", func() bool { return e.writtenCount() == 1 })
-		if e.clock.Since(start) != outage.ProbeInterval {
-			t.Fatalf("renewed %v after the failure, want %v", e.clock.Since(start), outage.ProbeInterval)
+		if e.clock.Since(start) != apihealth.ProbeInterval {
+			t.Fatalf("renewed %v after the failure, want %v", e.clock.Since(start), apihealth.ProbeInterval)
 		}
 	})
 	t.Run("a failure the probe contradicts", func(t *testing.T) {

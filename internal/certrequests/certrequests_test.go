@@ -35,6 +35,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/cert-manager/csi-lib/internal/apicall"
+	"github.com/cert-manager/csi-lib/internal/apihealth"
+	"github.com/cert-manager/csi-lib/internal/lifetime"
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
 
@@ -43,40 +46,41 @@ var (
 	connectionReset   = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 )
 
-// newView is a View on a fake clientset, not started.
-func newView(t *testing.T) *View {
-	t.Helper()
-	v, err := New(fake.NewClientset(), testclock.NewFakeClock(time.Now()), "node-hash", true, func(string) {}, func(string) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// A call that got no answer at all makes the watch suspect (client-go retries a refused watch
-// without telling the informer); an answer, even a refusal, or the caller's own deadline does
-// not. An open watch, or an event through one, clears it.
-func TestUnansweredCallMakesTheWatchSuspect(t *testing.T) {
-	m := newView(t)
+// A create that finds the apiserver unreachable tells the one owner of its health, which makes
+// the watch suspect, and starts no probe: only a renewal attempt that fails starts one. A create
+// the apiserver answers, even with a refusal, does neither.
+func TestUnreachableCreateMakesTheWatchSuspect(t *testing.T) {
 	for name, tc := range map[string]struct {
 		err     error
 		suspect bool
 	}{
 		"refused connection": {connectionRefused, true},
-		"reset connection":   {connectionReset, true},
 		"a 500":              {apierrors.NewInternalError(errors.New("etcd")), false},
-		"a 429":              {apierrors.NewTooManyRequests("slow down", 1), false},
-		"the deadline":       {context.DeadlineExceeded, false},
 	} {
-		m.watchLive()
-		m.noteCallFailed(fmt.Errorf("creating CertificateRequest: %w", tc.err))
-		if got := m.WatchSuspect(); got != tc.suspect {
-			t.Errorf("%s: suspect %v, want %v", name, got, tc.suspect)
-		}
-	}
-	m.watchLive()
-	if m.WatchSuspect() {
-		t.Error("an open watch left the watch suspect")
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset()
+			client.PrependReactor("create", "certificaterequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, tc.err
+			})
+			life := lifetime.New()
+			defer life.End()
+			// The probe, if one started, would answer when the test ends.
+			health := apihealth.New(testclock.NewFakeClock(time.Now()), func(ctx context.Context) error {
+				<-ctx.Done()
+				return ctx.Err()
+			}, life, nil)
+			v, err := New(client, testclock.NewFakeClock(time.Now()), "node-hash", health, true, func(string) {}, func(string) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r"}}
+			if _, err := v.Create(context.Background(), client, apicall.DriverAccount, req); !errors.Is(err, tc.err) {
+				t.Fatalf("the create's error %v, want %v", err, tc.err)
+			}
+			if suspect, _ := health.WatchSuspect(); suspect != tc.suspect || health.Probing() {
+				t.Fatalf("watch suspect %v, probing %v; want %v, false", suspect, health.Probing(), tc.suspect)
+			}
+		})
 	}
 }
 
@@ -116,13 +120,14 @@ func TestFallbackReadsOnlyWhenAsked(t *testing.T) {
 		t.Run(fmt.Sprintf("fallback reads %v", fallback), func(t *testing.T) {
 			client := fake.NewClientset()
 			clk := testkit.NewRecordingClock(time.Now())
-			v, err := New(client, clk, "node-hash", fallback, func(string) {}, func(string) {})
+			health := apihealth.New(clk, nil, nil, nil)
+			v, err := New(client, clk, "node-hash", health, fallback, func(string) {}, func(string) {})
 			if err != nil {
 				t.Fatal(err)
 			}
 			// The informer is not started, so no watch it opens can clear the mark; the wait
 			// reads its (empty) cache.
-			v.suspectWatch()
+			health.CallFailed(connectionRefused)
 			waitCtx, endWait := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
@@ -149,7 +154,15 @@ func TestFallbackReadsOnlyWhenAsked(t *testing.T) {
 // unknown: the request keeps its place in this process's creation order, which orders it among
 // the volume's requests whose CreationTimestamps tie.
 func TestUnansweredSettlingKeepsTheCreationOrder(t *testing.T) {
-	v := newView(t)
+	life := lifetime.New()
+	defer life.End()
+	clk := testclock.NewFakeClock(time.Now())
+	// No probe starts here: only a failed renewal attempt starts one.
+	health := apihealth.New(clk, func(context.Context) error { return nil }, life, nil)
+	v, err := New(fake.NewClientset(), clk, "node-hash", health, true, func(string) {}, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
 	refusing := fake.NewClientset()
 	refusing.PrependReactor("create", "certificaterequests", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, connectionRefused

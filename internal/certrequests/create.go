@@ -43,7 +43,7 @@ func (r *View) Create(ctx context.Context, client cmclient.Interface, who string
 	r.noteCreated(reqKey)
 	created, err := client.CertmanagerV1().CertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
 	if err != nil {
-		r.noteCallFailed(err)
+		r.health.CallFailed(err)
 		if !CreateOutcomeUnknown(err) {
 			r.forgetOrder(reqKey)
 		}
@@ -61,7 +61,7 @@ func (r *View) readByName(ctx context.Context, namespace, name string) (*cmapi.C
 		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
 	})
 	if err != nil {
-		r.noteCallFailed(err)
+		r.health.CallFailed(err)
 		return nil, apicall.Refusal(err, "list", apicall.CertificateRequests, namespace, apicall.DriverAccount)
 	}
 	for i := range list.Items {
@@ -167,7 +167,7 @@ var ErrStaleCache = errors.New("the informer's cache is stale")
 func (r *View) Delete(ctx context.Context, req *cmapi.CertificateRequest) error {
 	err := r.client.CertmanagerV1().CertificateRequests(req.Namespace).Delete(ctx, req.Name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		r.noteCallFailed(err)
+		r.health.CallFailed(err)
 		return fmt.Errorf("deleting stale CertificateRequest %s/%s: %w", req.Namespace, req.Name,
 			apicall.Refusal(err, "delete", apicall.CertificateRequests, req.Namespace, apicall.DriverAccount))
 	}

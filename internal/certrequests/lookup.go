@@ -107,7 +107,7 @@ func (r *View) ForVolumeFromAPIServer(ctx context.Context, volumeID string) ([]*
 	}).String()
 	list, err := r.client.CertmanagerV1().CertificateRequests("").List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
-		r.noteCallFailed(err)
+		r.health.CallFailed(err)
 		return nil, fmt.Errorf("listing CertificateRequests of volume from the apiserver: %w",
 			apicall.Refusal(err, "list", apicall.CertificateRequests, "", apicall.DriverAccount))
 	}

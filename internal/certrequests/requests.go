@@ -18,7 +18,9 @@ limitations under the License.
 // informer on the requests labelled with the node's hash, indexed by volume, and the calls that
 // find, create, settle, wait for and delete a volume's requests. It knows nothing of volumes'
 // lifecycles or private keys: the package manager decides what to create and when, and learns of
-// every request the informer sees or loses through the callbacks given to New.
+// every request the informer sees or loses through the callbacks given to New. Nor does it own
+// the apiserver's health: it tells apihealth of every call that fails and of the informer's
+// watches, and asks it whether the watch is suspect.
 package certrequests
 
 import (
@@ -41,7 +43,7 @@ import (
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/apicall"
-	"github.com/cert-manager/csi-lib/internal/watchend"
+	"github.com/cert-manager/csi-lib/internal/apihealth"
 )
 
 const (
@@ -53,8 +55,8 @@ const (
 	cacheRetryInterval = time.Second
 
 	// DirectReadInterval is how often a wait reads its request from the apiserver while the
-	// informer's watch is suspect (on the injected clock); directReadRate and directReadBurst
-	// bound those reads node-wide.
+	// informer's watch is suspect (see apihealth; on the injected clock); directReadRate and
+	// directReadBurst bound those reads node-wide.
 	DirectReadInterval = 500 * time.Millisecond
 	directReadRate     = 50
 	directReadBurst    = 50
@@ -81,6 +83,13 @@ type View struct {
 	// seen is called with the key of every request the informer adds or updates, deleted with
 	// the key of every request it sees deleted.
 	seen, deleted func(reqKey string)
+	// health is told of every call that fails and of the informer's watches, and says whether
+	// the watch is suspect.
+	health *apihealth.Health
+	// fallbackReads: a wait reads its request from the apiserver while the watch is suspect,
+	// within directReads.
+	fallbackReads bool
+	directReads   *rate.Limiter
 
 	mu sync.Mutex
 	// created orders the requests this process created, by request key: the apiserver's
@@ -89,14 +98,6 @@ type View struct {
 	createdSeq uint64
 	// watchers are notified when the informer sees a change to a request, by request key.
 	watchers map[string]map[chan struct{}]struct{}
-	// watchSuspect: the informer's watch stream ended or could not be opened, or a call to the
-	// apiserver found it unreachable, and since then no watch has been opened and no event has
-	// come through one. Waiters then read their request from the apiserver, within
-	// directReads.
-	watchSuspect bool
-	// fallbackReads: a wait reads its request from the apiserver while the watch is suspect.
-	fallbackReads bool
-	directReads   *rate.Limiter
 	// informerRefused holds, by verb (list, watch), the apiserver's refusal of the informer's
 	// last call of that verb; a call that succeeds clears its verb. accessChanged is closed, and
 	// replaced, whenever it changes.
@@ -106,13 +107,15 @@ type View struct {
 
 // New sets up the informer on the node's requests (those labelled with nodeHash); Start runs
 // it. seen and deleted are called with the key (see Key) of every request the informer adds or
-// updates, and deletes. fallbackReads: a wait reads its request from the apiserver while the
-// informer's watch is suspect (see Wait); false, it relies on the informer alone.
-func New(client cmclient.Interface, clk clock.Clock, nodeHash string, fallbackReads bool, seen, deleted func(reqKey string)) (*View, error) {
+// updates, and deletes. health observes the informer's watches and is told of every call that
+// fails. fallbackReads: a wait reads its request from the apiserver while the informer's watch
+// is suspect (see Wait); false, it relies on the informer alone.
+func New(client cmclient.Interface, clk clock.Clock, nodeHash string, health *apihealth.Health, fallbackReads bool, seen, deleted func(reqKey string)) (*View, error) {
 	r := &View{
 		client:        client,
 		clock:         clk,
 		nodeHash:      nodeHash,
+		health:        health,
 		seen:          seen,
 		deleted:       deleted,
 		created:       make(map[string]uint64),
@@ -125,7 +128,7 @@ func New(client cmclient.Interface, clk clock.Clock, nodeHash string, fallbackRe
 	}
 	selector := labels.SelectorFromSet(labels.Set{api.NodeIDHashLabelKey: nodeHash}).String()
 	crs := client.CertmanagerV1().CertificateRequests(metav1.NamespaceAll)
-	lw := watchend.Observe(&cache.ListWatch{
+	lw := health.Observe(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
 			list, err := crs.List(ctx, o)
@@ -138,13 +141,10 @@ func New(client cmclient.Interface, clk clock.Clock, nodeHash string, fallbackRe
 			r.noteInformerCall("watch", err)
 			return w, err
 		},
-	}, watchend.Observer{Opened: r.watchLive, Delivered: r.watchLive, Ended: r.suspectWatch})
+	})
 	r.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
 		&cmapi.CertificateRequest{}, cache.SharedIndexInformerOptions{Indexers: cache.Indexers{volumeHashIndex: indexByVolumeHash}})
-	if err := r.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, refl *cache.Reflector, err error) {
-		cache.DefaultWatchErrorHandler(ctx, refl, err)
-		r.suspectWatch()
-	}); err != nil {
+	if err := r.informer.SetWatchErrorHandlerWithContext(health.WatchError); err != nil {
 		return nil, fmt.Errorf("setting the CertificateRequest informer's watch error handler: %w", err)
 	}
 	if _, err := r.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -269,15 +269,6 @@ func (r *View) forgetOrder(reqKey string) {
 	r.mu.Unlock()
 }
 
-// noteCallFailed learns from a failed call to the apiserver: one that got no answer at all (a
-// refused or broken connection, see apicall.Unreachable) means the informer's watch is down too,
-// though client-go retries a refused watch without reporting it.
-func (r *View) noteCallFailed(err error) {
-	if apicall.Unreachable(err) {
-		r.suspectWatch()
-	}
-}
-
 // changed is the informer's add and update handler: it calls seen and wakes the request's
 // waiters.
 func (r *View) changed(obj any) {
@@ -297,34 +288,6 @@ func (r *View) gone(obj any) {
 	r.forgetOrder(key)
 	r.deleted(key)
 	r.notify(key)
-}
-
-// suspectWatch marks the informer's watch as suspect, and wakes every waiter so that it starts
-// reading its request from the apiserver.
-func (r *View) suspectWatch() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.watchSuspect {
-		return
-	}
-	r.watchSuspect = true
-	for _, chans := range r.watchers {
-		for ch := range chans {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-// watchLive is told that the informer opened a watch (which sends everything that changed since
-// the cache's resource version) or that an event came through one: the watch is not suspect.
-// Events the informer delivers after a relist prove nothing of the watch.
-func (r *View) watchLive() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.watchSuspect = false
 }
 
 // notify wakes the request's waiters.

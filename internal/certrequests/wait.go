@@ -49,7 +49,7 @@ func (e *waitError) Unwrap() error { return e.cause }
 // newer, so that a request already issued when a lagging cache does not show it yet ends the wait
 // at once. The wait reacts to informer events; a request not yet in the cache is waited for, and
 // a cache error other than "not found" is retried after cacheRetryInterval. While the informer's
-// watch is suspect (see watchSuspect) it also reads the request from the apiserver every
+// watch is suspect (see apihealth.Health) it also reads the request from the apiserver every
 // DirectReadInterval, unless the View was made without fallback reads, so that a broken watch
 // never holds a signed certificate back. A request
 // that the cache showed and then lost, or that a direct read no longer finds, was deleted. When
@@ -95,7 +95,11 @@ func (r *View) Wait(ctx context.Context, read *cmapi.CertificateRequest) (req *c
 			defer t.Stop()
 			retry = t.C()
 		}
-		switch suspect := r.fallbackReads && r.WatchSuspect() && !directRefused; {
+		suspect, becomesSuspect := r.health.WatchSuspect()
+		if !r.fallbackReads || directRefused {
+			suspect, becomesSuspect = false, nil // the wait relies on the cache alone
+		}
+		switch {
 		case suspect && pollTimer == nil:
 			pollTimer = r.clock.NewTimer(DirectReadInterval)
 			poll = pollTimer.C()
@@ -107,6 +111,7 @@ func (r *View) Wait(ctx context.Context, read *cmapi.CertificateRequest) (req *c
 		}
 		select {
 		case <-notify:
+		case <-becomesSuspect:
 		case <-retry:
 		case <-poll:
 			pollTimer = nil
@@ -223,12 +228,6 @@ func condition(req *cmapi.CertificateRequest, t cmapi.CertificateRequestConditio
 		}
 	}
 	return nil
-}
-
-func (r *View) WatchSuspect() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.watchSuspect
 }
 
 // Waiting reports how many requests are being waited for.
