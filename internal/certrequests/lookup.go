@@ -54,6 +54,9 @@ func (r *View) ForVolume(volumeID string) ([]*cmapi.CertificateRequest, error) {
 // sortByCreation orders requests oldest first by CreationTimestamp, then by the order this
 // process created them, then by name.
 func (r *View) sortByCreation(reqs []*cmapi.CertificateRequest) {
+	if len(reqs) < 2 {
+		return
+	}
 	r.mu.Lock()
 	seq := make(map[*cmapi.CertificateRequest]uint64, len(reqs))
 	for _, req := range reqs {

@@ -187,6 +187,10 @@ func (r *View) Shutdown() {
 // involved.
 func (r *View) WaitForSync(ctx context.Context) error {
 	for {
+		// A synced cache answers without the lock: the sync, once done, stays done.
+		if r.informer.HasSynced() {
+			return nil
+		}
 		refused, changed := r.informerAccess()
 		select {
 		case <-r.informer.HasSyncedChecker().Done():
