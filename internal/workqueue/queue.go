@@ -72,9 +72,11 @@ type entry[S any] struct {
 	stopTimer func() bool
 	seq       uint64
 	elem      *list.Element // in the FIFO while ready
-	// wake is a Wake that came while the key was processing: it is matched against the wait
-	// the processing decides.
-	wake func(S) bool
+	// wake is the last Wake that came while the key was processing, wakeAll every WakeAll that
+	// did: the wait the processing decides ends at once if either accepts its state. A Wake
+	// replaces the one before (the manager's Requeue always passes the same match); the
+	// WakeAlls add up, since each may accept a different state (one per outage that ended).
+	wake, wakeAll func(S) bool
 	// forgotten: Forget came while the key was processing.
 	forgotten bool
 }
@@ -100,9 +102,9 @@ func (q *Queue[K, S]) Add(k K, s S) bool {
 
 // Wake ends k's wait now if match says its state may be woken; the processing is told early.
 // A Wake that comes while k is ready does nothing: the processing to come answers it. One that
-// comes while k is processing is kept (the last one), and ends the wait that processing decides
-// at once if match accepts its state, unless the processing drops it first (Unwake). It reports
-// whether k's wait ended.
+// comes while k is processing is kept (the last one; see entry.wake), and ends the wait that
+// processing decides at once if match accepts its state, unless the processing drops it first
+// (Unwake). It reports whether k's wait ended.
 func (q *Queue[K, S]) Wake(k K, match func(S) bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -120,24 +122,31 @@ func (q *Queue[K, S]) Wake(k K, match func(S) bool) bool {
 	return false
 }
 
-// Unwake drops the Wake kept for k while it is processing, if any: the processing tells the
-// queue it has reached the point that answers every Wake that came before. A Wake after Unwake
-// is kept again.
+// Unwake drops the Wake and WakeAlls kept for k while it is processing, if any: the processing
+// tells the queue it has reached the point that answers every wake that came before. A wake
+// after Unwake is kept again.
 func (q *Queue[K, S]) Unwake(k K) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if e := q.keys[k]; e != nil && e.place == processing {
-		e.wake = nil
+		e.wake, e.wakeAll = nil, nil
 	}
 }
 
-// WakeAll is Wake for every waiting key whose state match accepts; it returns how many woke.
+// WakeAll is Wake for every key: it ends the waits whose state match accepts, and is kept for
+// each key that is processing, beside the WakeAlls kept before. It returns how many waits ended.
 func (q *Queue[K, S]) WakeAll(match func(S) bool) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := 0
 	for k, e := range q.keys {
-		if e.place == waiting && match(e.state) {
+		switch {
+		case e.place == processing && e.wakeAll == nil:
+			e.wakeAll = match
+		case e.place == processing:
+			before := e.wakeAll
+			e.wakeAll = func(s S) bool { return before(s) || match(s) }
+		case e.place == waiting && match(e.state):
 			q.endWaitLocked(k, e, true)
 			n++
 		}
@@ -276,8 +285,8 @@ func (q *Queue[K, S]) work(tr *lifetime.Tracked) {
 
 // finishLocked places k as its processing decided.
 func (q *Queue[K, S]) finishLocked(k K, e *entry[S], next Next[S]) {
-	wake := e.wake
-	e.wake = nil
+	wake, wakeAll := e.wake, e.wakeAll
+	e.wake, e.wakeAll = nil, nil
 	if next.Drop || e.forgotten {
 		delete(q.keys, k)
 		return
@@ -286,7 +295,7 @@ func (q *Queue[K, S]) finishLocked(k K, e *entry[S], next Next[S]) {
 	switch {
 	case next.After <= 0:
 		q.makeReadyLocked(k, e, false)
-	case wake != nil && wake(next.State):
+	case wake != nil && wake(next.State), wakeAll != nil && wakeAll(next.State):
 		q.makeReadyLocked(k, e, true)
 	default:
 		q.waitLocked(k, e, next.After)

@@ -256,6 +256,41 @@ func TestAWakeDuringProcessingEndsTheNextWait(t *testing.T) {
 	}
 }
 
+// TestWakeAllsDuringProcessingAddUp: WakeAlls that come while a key is processing are kept
+// beside each other and beside the key's last Wake, and the wait the processing decides ends at
+// once if any of them accepts its state.
+func TestWakeAllsDuringProcessingAddUp(t *testing.T) {
+	h := newHarness(t, func(_, n int) Next[int] { return waitThen(time.Hour, 10*n) })
+	is := func(want int) func(int) bool { return func(s int) bool { return s == want } }
+	h.hold()
+	h.q.Add(1, -1)
+	h.untilProcessed(1)
+	h.q.WakeAll(is(0))
+	h.q.WakeAll(is(99))
+	h.q.Wake(1, is(98))
+	held := h.held()
+	h.hold()
+	close(held)
+	if got := h.untilProcessed(2); got[1] != (processed{1, 0, true, 0}) {
+		t.Fatalf("the first of two kept WakeAlls did not end the next wait: %v", got)
+	}
+	h.q.WakeAll(is(-5))
+	h.q.WakeAll(is(10))
+	h.q.Wake(1, is(98))
+	held = h.held()
+	h.hold()
+	close(held)
+	if got := h.untilProcessed(3); got[2] != (processed{1, 10, true, 0}) {
+		t.Fatalf("the second of two kept WakeAlls, after a Wake, did not end the next wait: %v", got)
+	}
+	h.q.WakeAll(is(99))
+	h.release()
+	h.untilIdle()
+	if got := h.untilProcessed(3); len(got) != 3 || h.clock.Waiters() != 1 {
+		t.Fatalf("a kept WakeAll that refused the next wait ended it: %v", got)
+	}
+}
+
 // TestUnwakeDropsTheWakesBeforeIt: a processing that calls Unwake drops the Wake kept so far,
 // so the wait it decides runs its time; a Wake after its Unwake is kept, and ends that wait.
 func TestUnwakeDropsTheWakesBeforeIt(t *testing.T) {
@@ -444,6 +479,7 @@ func TestQueueMatchesItsModel(t *testing.T) {
 			m := &model{keys: map[int]*modelKey{}, decide: decide, count: map[int]int{}, log: map[int][]processed{}}
 			r := rand.New(rand.NewSource(seed))
 			odd := func(s int) bool { return s%2 == 1 }
+			even := func(s int) bool { return s%2 == 0 && s > 0 }
 			for op := 0; op < 150; op++ {
 				k := r.Intn(keys)
 				switch x := r.Intn(10); {
@@ -465,13 +501,24 @@ func TestQueueMatchesItsModel(t *testing.T) {
 				case x == 5 && m.keys[k] != nil:
 					// A Wake while the key is processing: the processing is held until the
 					// kept Wake is in.
+					// Half of them with a WakeAll too, kept beside the Wake.
 					always := func(int) bool { return true }
 					h.hold()
 					h.q.Wake(k, always)
 					h.untilProcessed(m.total + 1)
 					h.q.Wake(k, odd)
+					kept := odd
+					if r.Intn(2) == 0 {
+						h.q.WakeAll(even)
+						for j := range keys {
+							if j != k {
+								m.wake(j, even)
+							}
+						}
+						kept = func(s int) bool { return odd(s) || even(s) }
+					}
 					h.release()
-					m.process(k, m.keys[k].state, true, odd)
+					m.process(k, m.keys[k].state, true, kept)
 				default:
 					d := time.Duration(1+r.Intn(4)) * time.Second
 					h.clock.Step(d)
