@@ -37,10 +37,8 @@ import (
 	"github.com/cert-manager/csi-lib/storage"
 )
 
-const (
-	// publishTimeout bounds how long NodePublishVolume waits for the first certificate.
-	publishTimeout = 60 * time.Second
-)
+// publishTimeout bounds how long NodePublishVolume waits for the first certificate.
+const publishTimeout = 60 * time.Second
 
 // nodeServer serves the node service with the driver's Options (Mounter set).
 type nodeServer struct {
