@@ -175,10 +175,7 @@ func (m *Metrics) SetCertificateRequestLister(lister cmlisters.CertificateReques
 // Without it (the default) /metrics is exactly upstream's text for the same events. Call it
 // before the manager starts; calling it again is harmless.
 func (m *Metrics) EnableExtendedMetrics() {
-	if m == nil {
-		return
-	}
-	if m.extended.CompareAndSwap(false, true) {
+	if m != nil && m.extended.CompareAndSwap(false, true) {
 		m.registry.MustRegister(m.gatePendingCountTotal, m.publishToFirstCertificate, m.admissionWaiting, m.admissionWaitsTotal)
 	}
 	m.EnableVolumeStateGauge()
@@ -194,10 +191,7 @@ func (m *Metrics) ExtendedMetricsEnabled() bool {
 // whatever the number of volumes). EnableExtendedMetrics turns it on with the other families
 // upstream lacks. Calling it more than once is harmless.
 func (m *Metrics) EnableVolumeStateGauge() {
-	if m == nil {
-		return
-	}
-	if m.volumeStatesOn.CompareAndSwap(false, true) {
+	if m != nil && m.volumeStatesOn.CompareAndSwap(false, true) {
 		m.registry.MustRegister(m.volumeStates)
 	}
 }
@@ -224,10 +218,7 @@ func (m *Metrics) SetVolumeStates(nodeNameHash string, counts map[string]int) {
 // EnableExtendedMetrics, and without it /metrics does not have the family. Calling it more than
 // once is harmless.
 func (m *Metrics) EnableStartupTaintRemovals() {
-	if m == nil {
-		return
-	}
-	if m.startupTaintOn.CompareAndSwap(false, true) {
+	if m != nil && m.startupTaintOn.CompareAndSwap(false, true) {
 		m.registry.MustRegister(m.startupTaintRemovals)
 	}
 }
