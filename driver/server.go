@@ -98,7 +98,7 @@ func (s *GRPCServer) logCalls(ctx context.Context, req any, info *grpc.UnaryServ
 // returned as they are.
 func redact(v any) any {
 	msg, ok := v.(proto.Message)
-	if !ok || msg == nil {
+	if !ok {
 		return v
 	}
 	c := proto.Clone(msg)
