@@ -98,6 +98,8 @@ type taintRun struct {
 // first. Invalid RemoveStartupTaint options (a DriverName that makes no valid taint key) are an
 // error, found before anything listens.
 func New(ctx context.Context, endpoint string, log logr.Logger, opts Options) (*Driver, error) {
+	// The options are checked before listening; NewWithListener makes the same remover again,
+	// so it finds no error.
 	if _, err := newStartupTaintRemover(log, opts); err != nil {
 		return nil, err
 	}
@@ -105,12 +107,7 @@ func New(ctx context.Context, endpoint string, log logr.Logger, opts Options) (*
 	if err != nil {
 		return nil, err
 	}
-	d := NewWithListener(lis, log, opts)
-	if d.err != nil {
-		_ = lis.Close()
-		return nil, d.err
-	}
-	return d, nil
+	return NewWithListener(lis, log, opts), nil
 }
 
 // NewWithListener returns a driver that serves on lis. If its RemoveStartupTaint options are

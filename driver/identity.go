@@ -29,8 +29,6 @@ type identityServer struct {
 	name, version string
 }
 
-var _ csi.IdentityServer = &identityServer{}
-
 // NewIdentityServer returns the identity service reporting name and version. It returns the
 // concrete type, which drivers' code names.
 func NewIdentityServer(name, version string) *identityServer {

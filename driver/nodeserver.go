@@ -37,10 +37,8 @@ import (
 	"github.com/cert-manager/csi-lib/storage"
 )
 
-const (
-	// publishTimeout bounds how long NodePublishVolume waits for the first certificate.
-	publishTimeout = 60 * time.Second
-)
+// publishTimeout bounds how long NodePublishVolume waits for the first certificate.
+const publishTimeout = 60 * time.Second
 
 // nodeServer serves the node service with the driver's Options (Mounter set).
 type nodeServer struct {
@@ -82,9 +80,9 @@ func (ns *nodeServer) validatePublish(req *csi.NodePublishVolumeRequest) error {
 // NodePublishVolume registers the metadata and reads it back (the publish's one read); unless
 // the volume already has a certificate that is not due, it issues one now (ready to request) or
 // hands the volume to the background loop (ContinueOnNotReady); it bind-mounts the data
-// directory read-only at the target, then records the volume as mounted. Any failure of a first publish unmanages the
-// volume, unmounts the target and removes the volume's files; a failed re-publish of a volume
-// whose publish once succeeded leaves it alone.
+// directory read-only at the target, then records the volume as mounted. Any failure of a
+// first publish unmanages the volume, unmounts the target and removes the volume's files; a
+// failed re-publish of a volume whose publish once succeeded leaves it alone.
 func (ns *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	if err := ns.validatePublish(req); err != nil {
 		return nil, err

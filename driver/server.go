@@ -98,7 +98,7 @@ func (s *GRPCServer) logCalls(ctx context.Context, req any, info *grpc.UnaryServ
 // returned as they are.
 func redact(v any) any {
 	msg, ok := v.(proto.Message)
-	if !ok || msg == nil {
+	if !ok {
 		return v
 	}
 	c := proto.Clone(msg)
@@ -107,12 +107,22 @@ func redact(v any) any {
 }
 
 // redactMessage redacts m in place. Range allows changing the field it visits, and every
-// change below is to that field or to messages inside it.
+// change below is to that field or to messages inside it. Every field the CSI spec marks secret
+// is a map of strings, whose values are replaced; a secret field of any other type is cleared.
 func redactMessage(m protoreflect.Message) {
 	m.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+		// GetExtension gives false for a field without options or without the extension.
+		secret, _ := proto.GetExtension(fd.Options(), csi.E_CsiSecret).(bool)
 		switch {
-		case isSecret(fd):
-			redactField(m, fd)
+		case secret && fd.IsMap() && fd.MapValue().Kind() == protoreflect.StringKind:
+			// Range allows setting the entry it visits.
+			secrets := m.Mutable(fd).Map()
+			secrets.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
+				secrets.Set(k, protoreflect.ValueOfString(metadata.Redacted))
+				return true
+			})
+		case secret:
+			m.Clear(fd)
 		case fd.IsMap() && fd.Name() == "volume_context":
 			vc := m.Mutable(fd).Map()
 			key := protoreflect.ValueOfString(metadata.SATokenVolumeContextKey).MapKey()
@@ -134,29 +144,4 @@ func redactMessage(m protoreflect.Message) {
 		}
 		return true
 	})
-}
-
-// isSecret reports whether the CSI spec marks a field secret. GetExtension gives false for a
-// field without options or without the extension.
-func isSecret(fd protoreflect.FieldDescriptor) bool {
-	secret, _ := proto.GetExtension(fd.Options(), csi.E_CsiSecret).(bool)
-	return secret
-}
-
-// redactField replaces a secret field's content: every value of a string map, a string, or
-// anything else cleared.
-func redactField(m protoreflect.Message, fd protoreflect.FieldDescriptor) {
-	switch {
-	case fd.IsMap() && fd.MapValue().Kind() == protoreflect.StringKind:
-		// Range allows setting the entry it visits.
-		mp := m.Mutable(fd).Map()
-		mp.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
-			mp.Set(k, protoreflect.ValueOfString(metadata.Redacted))
-			return true
-		})
-	case !fd.IsList() && !fd.IsMap() && fd.Kind() == protoreflect.StringKind:
-		m.Set(fd, protoreflect.ValueOfString(metadata.Redacted))
-	default:
-		m.Clear(fd)
-	}
 }

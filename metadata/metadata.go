@@ -90,10 +90,9 @@ const Redacted = "[REDACTED]"
 // it returns a copy whose volume context is a new map, so m is never modified. Loggers call
 // MarshalLog once, so returning a Metadata does not recurse.
 func (m Metadata) MarshalLog() any {
-	if _, ok := m.VolumeContext[SATokenVolumeContextKey]; !ok {
-		return m
+	if _, ok := m.VolumeContext[SATokenVolumeContextKey]; ok {
+		m.VolumeContext = RedactVolumeContext(m.VolumeContext)
 	}
-	m.VolumeContext = RedactVolumeContext(m.VolumeContext)
 	return m
 }
 

@@ -65,7 +65,8 @@ var (
 type CertificateRequestCollector struct {
 	nodeNameHash   string
 	metadataReader storage.MetadataReader
-	// lister is read on every scrape and may be replaced by setLister while scrapes run.
+	// lister is read on every scrape and may be replaced (SetCertificateRequestLister) while
+	// scrapes run.
 	lister atomic.Pointer[requestLister]
 }
 
@@ -84,13 +85,8 @@ func NewCertificateRequestCollector(nodeNameHash string, metadataReader storage.
 
 func newCertificateRequestCollector(nodeNameHash string, metadataReader storage.MetadataReader, lister cmlisters.CertificateRequestLister) *CertificateRequestCollector {
 	c := &CertificateRequestCollector{nodeNameHash: nodeNameHash, metadataReader: metadataReader}
-	c.setLister(lister)
-	return c
-}
-
-// setLister makes the next scrapes list lister's requests (none when it is nil).
-func (c *CertificateRequestCollector) setLister(lister cmlisters.CertificateRequestLister) {
 	c.lister.Store(&requestLister{lister})
+	return c
 }
 
 // Describe implements prometheus.Collector.

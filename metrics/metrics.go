@@ -39,7 +39,6 @@ package metrics
 
 import (
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,7 +57,6 @@ const subsystem = "csi"
 
 // Metrics holds the library's metrics on one registry.
 type Metrics struct {
-	log      logr.Logger
 	registry *prometheus.Registry
 
 	issueCallCountTotal  *prometheus.CounterVec
@@ -67,7 +65,6 @@ type Metrics struct {
 
 	// The families upstream lacks: registered, and recorded, only once extended is set by
 	// EnableExtendedMetrics.
-	extendedOnce              sync.Once
 	extended                  atomic.Bool
 	gatePendingCountTotal     *prometheus.CounterVec
 	publishToFirstCertificate *prometheus.HistogramVec
@@ -76,13 +73,11 @@ type Metrics struct {
 
 	// volumeStates is registered, and set, only once volumeStatesOn is set by
 	// EnableVolumeStateGauge (or EnableExtendedMetrics).
-	volumeStatesOnce sync.Once
-	volumeStatesOn   atomic.Bool
-	volumeStates     *prometheus.GaugeVec
+	volumeStatesOn atomic.Bool
+	volumeStates   *prometheus.GaugeVec
 
 	// startupTaintRemovals is registered, and counted, only once startupTaintOn is set by
 	// EnableStartupTaintRemovals (which the driver's opt-in startup taint option calls).
-	startupTaintOnce     sync.Once
 	startupTaintOn       atomic.Bool
 	startupTaintRemovals *prometheus.CounterVec
 }
@@ -101,7 +96,8 @@ type Metrics struct {
 var VolumeStates = []string{"issued", "pending", "gate_pending", "failing", "overdue", "expired"}
 
 // New registers the library's metrics on registry (a new one if nil) and returns them, for
-// manager.Options.Metrics. A nil logger discards the log (upstream csi-lib panics).
+// manager.Options.Metrics. The logger may be nil (upstream csi-lib panics): the metrics log
+// nothing.
 //
 // metadataReader (the driver's store) and certificateRequestLister feed the
 // CertificateRequestCollector, which on every scrape lists the lister's requests that carry
@@ -115,50 +111,39 @@ func New(nodeId string, logger *logr.Logger, registry *prometheus.Registry, meta
 	if registry == nil {
 		registry = prometheus.NewRegistry()
 	}
-	log := logr.Discard()
-	if logger != nil {
-		log = *logger
-	}
 	m := &Metrics{
-		log:      log.WithName("metrics"),
-		registry: registry,
-		issueCallCountTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem, Name: "issue_requests_total",
-			Help: "The number of issue() calls made by the driver.",
-		}, []string{"node", "volume"}),
-		issueErrorCountTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem, Name: "issue_errors_total",
-			Help: "The number of errors encountered during the driver issue() calls.",
-		}, []string{"node", "volume"}),
-		gatePendingCountTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem, Name: "issue_gate_pending_total",
-			Help: "The number of issue() calls that found the volume not yet ready to request (ReadyToRequest said no). Not counted as errors.",
-		}, []string{"node", "volume"}),
+		registry:             registry,
+		issueCallCountTotal:  counterVec("issue_requests_total", "The number of issue() calls made by the driver.", "node", "volume"),
+		issueErrorCountTotal: counterVec("issue_errors_total", "The number of errors encountered during the driver issue() calls.", "node", "volume"),
+		gatePendingCountTotal: counterVec("issue_gate_pending_total",
+			"The number of issue() calls that found the volume not yet ready to request (ReadyToRequest said no). Not counted as errors.", "node", "volume"),
 		publishToFirstCertificate: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: subsystem, Name: "publish_to_first_certificate_seconds",
 			Help:    "The time from a volume being first managed (its publish) to its first certificate being written.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600},
 		}, []string{"node"}),
-		admissionWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: subsystem, Name: "issuance_admission_waiting",
-			Help: "The number of issuance attempts waiting for admission (MaxConcurrentIssuances or IssuanceRateLimit).",
-		}, []string{"node"}),
-		admissionWaitsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem, Name: "issuance_admission_waits_total",
-			Help: "The number of issuance attempts that had to wait for admission (MaxConcurrentIssuances or IssuanceRateLimit). Not counted as errors.",
-		}, []string{"node"}),
-		volumeStates: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: subsystem, Name: "volumes",
-			Help: "The number of managed volumes in each state: issued, pending, gate_pending, failing, overdue, expired.",
-		}, []string{"node", "state"}),
-		startupTaintRemovals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem, Name: "startup_taint_removals_total",
-			Help: "The number of startup taints (<driver name>/agent-not-ready) the driver removed from its node.",
-		}, []string{"node"}),
+		admissionWaiting: gaugeVec("issuance_admission_waiting",
+			"The number of issuance attempts waiting for admission (MaxConcurrentIssuances or IssuanceRateLimit).", "node"),
+		admissionWaitsTotal: counterVec("issuance_admission_waits_total",
+			"The number of issuance attempts that had to wait for admission (MaxConcurrentIssuances or IssuanceRateLimit). Not counted as errors.", "node"),
+		volumeStates: gaugeVec("volumes",
+			"The number of managed volumes in each state: issued, pending, gate_pending, failing, overdue, expired.", "node", "state"),
+		startupTaintRemovals: counterVec("startup_taint_removals_total",
+			"The number of startup taints (<driver name>/agent-not-ready) the driver removed from its node.", "node"),
 	}
 	m.requests = newCertificateRequestCollector(util.HashIdentifier(nodeId), metadataReader, certificateRequestLister)
 	registry.MustRegister(m.issueCallCountTotal, m.issueErrorCountTotal, m.requests)
 	return m
+}
+
+// counterVec returns the counter family certmanager_csi_<name>.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: subsystem, Name: name, Help: help}, labels)
+}
+
+// gaugeVec returns the gauge family certmanager_csi_<name>.
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: subsystem, Name: name, Help: help}, labels)
 }
 
 // SetCertificateRequestLister replaces the lister given to New: from the next scrape on, the
@@ -173,7 +158,7 @@ func New(nodeId string, logger *logr.Logger, registry *prometheus.Registry, meta
 //
 // It is safe to call while the metrics are scraped.
 func (m *Metrics) SetCertificateRequestLister(lister cmlisters.CertificateRequestLister) {
-	m.requests.setLister(lister)
+	m.requests.lister.Store(&requestLister{lister})
 }
 
 // EnableExtendedMetrics registers the families upstream csi-lib does not have, and from then on
@@ -190,13 +175,9 @@ func (m *Metrics) SetCertificateRequestLister(lister cmlisters.CertificateReques
 // Without it (the default) /metrics is exactly upstream's text for the same events. Call it
 // before the manager starts; calling it again is harmless.
 func (m *Metrics) EnableExtendedMetrics() {
-	if m == nil {
-		return
-	}
-	m.extendedOnce.Do(func() {
+	if m != nil && m.extended.CompareAndSwap(false, true) {
 		m.registry.MustRegister(m.gatePendingCountTotal, m.publishToFirstCertificate, m.admissionWaiting, m.admissionWaitsTotal)
-		m.extended.Store(true)
-	})
+	}
 	m.EnableVolumeStateGauge()
 }
 
@@ -210,13 +191,9 @@ func (m *Metrics) ExtendedMetricsEnabled() bool {
 // whatever the number of volumes). EnableExtendedMetrics turns it on with the other families
 // upstream lacks. Calling it more than once is harmless.
 func (m *Metrics) EnableVolumeStateGauge() {
-	if m == nil {
-		return
-	}
-	m.volumeStatesOnce.Do(func() {
+	if m != nil && m.volumeStatesOn.CompareAndSwap(false, true) {
 		m.registry.MustRegister(m.volumeStates)
-		m.volumeStatesOn.Store(true)
-	})
+	}
 }
 
 // VolumeStateGaugeEnabled reports whether EnableVolumeStateGauge was called.
@@ -241,13 +218,9 @@ func (m *Metrics) SetVolumeStates(nodeNameHash string, counts map[string]int) {
 // EnableExtendedMetrics, and without it /metrics does not have the family. Calling it more than
 // once is harmless.
 func (m *Metrics) EnableStartupTaintRemovals() {
-	if m == nil {
-		return
-	}
-	m.startupTaintOnce.Do(func() {
+	if m != nil && m.startupTaintOn.CompareAndSwap(false, true) {
 		m.registry.MustRegister(m.startupTaintRemovals)
-		m.startupTaintOn.Store(true)
-	})
+	}
 }
 
 // AddStartupTaintRemovals adds n startup taints removed from the node (0 creates the node's

@@ -47,6 +47,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // PEM block types of the credential bundle.
@@ -83,11 +84,8 @@ func PrivateKeyPEM(key crypto.PrivateKey) ([]byte, error) {
 // projection's certificateChainPath. A chain without a PEM block is ErrNoCertificate; a block of
 // another type, or one that does not parse as an X.509 certificate, is an error naming it.
 func CertificateChainPEM(chain []byte) ([]byte, error) {
-	certs, err := parseChain(chain)
-	if err != nil {
-		return nil, err
-	}
-	return encodeChain(certs), nil
+	_, chainPEM, err := parseChain(chain)
+	return chainPEM, err
 }
 
 // Bundle returns the credential bundle of key and chain: PrivateKeyPEM(key) followed by
@@ -141,7 +139,7 @@ func (p Paths) AddTo(files map[string][]byte, key crypto.PrivateKey, chain []byt
 		return err
 	}
 	if p.CredentialBundle != "" {
-		files[p.CredentialBundle] = append(append([]byte{}, keyPEM...), chainPEM...)
+		files[p.CredentialBundle] = slices.Concat(keyPEM, chainPEM)
 	}
 	if p.Key != "" {
 		files[p.Key] = keyPEM
@@ -153,9 +151,9 @@ func (p Paths) AddTo(files map[string][]byte, key crypto.PrivateKey, chain []byt
 }
 
 // encode returns the key and chain parts of a bundle, having checked that key belongs to the
-// leaf.
+// leaf (ErrKeyMismatch otherwise).
 func encode(key crypto.PrivateKey, chain []byte) (keyPEM, chainPEM []byte, err error) {
-	certs, err := parseChain(chain)
+	leaf, chainPEM, err := parseChain(chain)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -163,16 +161,23 @@ func encode(key crypto.PrivateKey, chain []byte) (keyPEM, chainPEM []byte, err e
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := checkKeyMatchesLeaf(key, certs[0]); err != nil {
-		return nil, nil, err
+	priv, ok := key.(interface{ Public() crypto.PublicKey })
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: a %T has no public key to compare", ErrKeyMismatch, key)
 	}
-	return keyPEM, encodeChain(certs), nil
+	pub, ok := priv.Public().(interface{ Equal(crypto.PublicKey) bool })
+	if !ok || !pub.Equal(leaf.PublicKey) {
+		return nil, nil, fmt.Errorf("%w (leaf subject %q, serial %s)", ErrKeyMismatch, leaf.Subject.String(), leaf.SerialNumber)
+	}
+	return keyPEM, chainPEM, nil
 }
 
-// parseChain parses every PEM block of chain as a certificate, in order; there must be at least
-// one, and every block must be a CERTIFICATE.
-func parseChain(chain []byte) ([]*x509.Certificate, error) {
-	var certs []*x509.Certificate
+// parseChain parses every PEM block of chain as a certificate, in order, and returns the first
+// (the leaf) and the chain as kubelet writes it: every block re-encoded without PEM headers,
+// nothing between blocks. There must be at least one block, and every block must be a
+// CERTIFICATE.
+func parseChain(chain []byte) (leaf *x509.Certificate, chainPEM []byte, err error) {
+	var out bytes.Buffer
 	rest := chain
 	for n := 1; ; n++ {
 		var block *pem.Block
@@ -181,38 +186,20 @@ func parseChain(chain []byte) ([]*x509.Certificate, error) {
 			break
 		}
 		if block.Type != CertificateBlockType {
-			return nil, fmt.Errorf("block %d of the certificate chain is %q, not %q", n, block.Type, CertificateBlockType)
+			return nil, nil, fmt.Errorf("block %d of the certificate chain is %q, not %q", n, block.Type, CertificateBlockType)
 		}
 		cert, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("block %d of the certificate chain: %w", n, err)
+			return nil, nil, fmt.Errorf("block %d of the certificate chain: %w", n, err)
 		}
-		certs = append(certs, cert)
-	}
-	if len(certs) == 0 {
-		return nil, ErrNoCertificate
-	}
-	return certs, nil
-}
-
-func encodeChain(certs []*x509.Certificate) []byte {
-	var out bytes.Buffer
-	for _, cert := range certs {
+		if leaf == nil {
+			leaf = cert
+		}
 		// Encoding into a buffer fails only for headers, and there are none.
 		_ = pem.Encode(&out, &pem.Block{Type: CertificateBlockType, Bytes: cert.Raw})
 	}
-	return out.Bytes()
-}
-
-// checkKeyMatchesLeaf reports ErrKeyMismatch unless key's public half is leaf's public key.
-func checkKeyMatchesLeaf(key crypto.PrivateKey, leaf *x509.Certificate) error {
-	priv, ok := key.(interface{ Public() crypto.PublicKey })
-	if !ok {
-		return fmt.Errorf("%w: a %T has no public key to compare", ErrKeyMismatch, key)
+	if leaf == nil {
+		return nil, nil, ErrNoCertificate
 	}
-	pub, ok := priv.Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !ok || !pub.Equal(leaf.PublicKey) {
-		return fmt.Errorf("%w (leaf subject %q, serial %s)", ErrKeyMismatch, leaf.Subject.String(), leaf.SerialNumber)
-	}
-	return nil
+	return leaf, out.Bytes(), nil
 }
