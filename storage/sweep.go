@@ -105,10 +105,8 @@ func (f *Filesystem) removeCrashLeftovers(id string) ([]string, error) {
 			removed = append(removed, id+"/"+e.Name())
 		}
 	}
+	// A "..data" that is missing or names no entry of data/ (a link leading out) keeps nothing.
 	current, _ := os.Readlink(filepath.Join(f.dataDir(id), dataLinkName))
-	if strings.Contains(current, "/") {
-		current = "" // not a generation of ours: keep nothing it names
-	}
 	stale, err := removeStale(f.dataDir(id), current, nil)
 	for _, name := range stale {
 		removed = append(removed, id+"/"+dataDirName+"/"+name)
