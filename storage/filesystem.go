@@ -153,8 +153,15 @@ func NewFilesystemWithOptions(log logr.Logger, baseDir string, opts FilesystemOp
 		return nil, fmt.Errorf("creating %s: %w", f.root, err)
 	}
 	if !opts.PlainDirectory {
-		if err := f.ensureTmpfs(); err != nil {
-			return nil, err
+		notMounted, err := f.mounter.IsLikelyNotMountPoint(f.root)
+		if err != nil {
+			return nil, fmt.Errorf("checking whether %s is a mount point: %w", f.root, err)
+		}
+		if notMounted {
+			if err := f.mounter.Mount("tmpfs", f.root, "tmpfs", nil); err != nil {
+				return nil, fmt.Errorf("mounting tmpfs at %s (use FilesystemOptions.PlainDirectory where mounting is not allowed): %w", f.root, err)
+			}
+			log.Info("Mounted tmpfs for volume data", "path", f.root)
 		}
 	}
 	log.Info("Start-up sweep of never-published volumes: 1 on, 0 off as upstream (docs/csilibdebug.md)", csilibdebug.StartupSweep, sweepTaken)
@@ -162,21 +169,6 @@ func NewFilesystemWithOptions(log logr.Logger, baseDir string, opts FilesystemOp
 		f.state.startupSweep = f.Sweep()
 	}
 	return f, nil
-}
-
-func (f *Filesystem) ensureTmpfs() error {
-	notMounted, err := f.mounter.IsLikelyNotMountPoint(f.root)
-	if err != nil {
-		return fmt.Errorf("checking whether %s is a mount point: %w", f.root, err)
-	}
-	if !notMounted {
-		return nil
-	}
-	if err := f.mounter.Mount("tmpfs", f.root, "tmpfs", nil); err != nil {
-		return fmt.Errorf("mounting tmpfs at %s (use FilesystemOptions.PlainDirectory where mounting is not allowed): %w", f.root, err)
-	}
-	f.log.Info("Mounted tmpfs for volume data", "path", f.root)
-	return nil
 }
 
 // StartupSweep returns what the sweep in NewFilesystem did.
