@@ -218,15 +218,23 @@ func (f *Filesystem) PathForVolume(volumeID string) string {
 	return filepath.Join(f.baseDir, inMemoryDirName, volumeID, dataDirName)
 }
 
-// RemoveVolume removes the volume's directory. Removing a missing volume succeeds.
-func (f *Filesystem) RemoveVolume(volumeID string) error {
+// locked runs do with the volume locked once volumeID is known to be valid (ErrInvalidVolumeID
+// otherwise).
+func (f *Filesystem) locked(volumeID string, do func() error) error {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
 	}
 	unlock := f.state.locks.LockNoContext(volumeID)
 	defer unlock()
-	// RemoveAll does not follow symlinks: a replaced directory only loses the link.
-	return os.RemoveAll(f.volumeDir(volumeID))
+	return do()
+}
+
+// RemoveVolume removes the volume's directory. Removing a missing volume succeeds.
+func (f *Filesystem) RemoveVolume(volumeID string) error {
+	return f.locked(volumeID, func() error {
+		// RemoveAll does not follow symlinks: a replaced directory only loses the link.
+		return os.RemoveAll(f.volumeDir(volumeID))
+	})
 }
 
 // ListVolumes returns the IDs of all volume directories in name order, nil when there are none.
@@ -268,9 +276,6 @@ func (f *Filesystem) readMetadata(volumeID string) (metadata.Metadata, error) {
 // Mounted true. A missing volume directory gives an error matching both fs.ErrNotExist and
 // ErrNotFound.
 func (f *Filesystem) WriteMetadata(volumeID string, meta metadata.Metadata) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
 	return f.writeInVolume(volumeID, "metadata", func() error {
 		// Missing or corrupt metadata is replaced (a good write repairs it); stored is then zero.
 		stored, err := f.readMetadata(volumeID)
@@ -282,34 +287,31 @@ func (f *Filesystem) WriteMetadata(volumeID string, meta metadata.Metadata) erro
 	})
 }
 
-// writeInVolume runs write with the volume locked once its directory is known to be a real
-// one; what names the written thing in that check's error, which matches ErrNotFound and
-// fs.ErrNotExist for a missing directory.
+// writeInVolume runs write with the volume locked (see locked) once its directory is known to
+// be a real one; what names the written thing in that check's error, which matches ErrNotFound
+// and fs.ErrNotExist for a missing directory.
 func (f *Filesystem) writeInVolume(volumeID, what string, write func() error) error {
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	if err := checkDir(f.volumeDir(volumeID)); err != nil {
-		return fmt.Errorf("writing %s of volume %q: %w", what, volumeID, err)
-	}
-	return write()
+	return f.locked(volumeID, func() error {
+		if err := checkDir(f.volumeDir(volumeID)); err != nil {
+			return fmt.Errorf("writing %s of volume %q: %w", what, volumeID, err)
+		}
+		return write()
+	})
 }
 
 // SetMounted records, in one locked read-modify-write, that the volume's publish succeeded.
 func (f *Filesystem) SetMounted(volumeID string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	stored, err := f.readMetadata(volumeID)
-	if err != nil {
-		return err
-	}
-	if stored.Mounted {
-		return nil
-	}
-	stored.Mounted = true
-	return f.writeMetadata(volumeID, stored)
+	return f.locked(volumeID, func() error {
+		stored, err := f.readMetadata(volumeID)
+		if err != nil {
+			return err
+		}
+		if stored.Mounted {
+			return nil
+		}
+		stored.Mounted = true
+		return f.writeMetadata(volumeID, stored)
+	})
 }
 
 // RegisterMetadata creates the volume if it does not exist (Mounted false) and reports true.
@@ -436,9 +438,6 @@ func (f *Filesystem) ReadFile(volumeID, name string) ([]byte, error) {
 
 // WritePendingKey atomically writes the volume's pending key beside its metadata (mode 0600).
 func (f *Filesystem) WritePendingKey(volumeID string, data []byte) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
 	return f.writeInVolume(volumeID, "pending key", func() error {
 		return writeFileAtomic(f.volumeDir(volumeID), pendingKeyFileName, data, metadataMode)
 	})
@@ -497,19 +496,16 @@ func readKey(volumeID, what, dir, name string) ([]byte, error) {
 // removeKey removes the key file name in the real directory dir with the volume locked; a
 // missing directory or file is nothing to remove.
 func (f *Filesystem) removeKey(volumeID, dir, name string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
+	return f.locked(volumeID, func() error {
+		err := checkDir(dir)
+		if err == nil {
+			err = os.Remove(filepath.Join(dir, name))
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		return err
-	}
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	err := checkDir(dir)
-	if err == nil {
-		err = os.Remove(filepath.Join(dir, name))
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
+	})
 }
 
 // readFileIn reads the file name in the real directory dir through an os.Root, so that nothing
