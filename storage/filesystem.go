@@ -199,6 +199,19 @@ func checkDir(path string) error {
 	return nil
 }
 
+// makeDir makes the directory path, or keeps the real directory already there, and gives it
+// exactly mode; anything else at path (a symlink in particular) is refused with checkDir's error.
+func makeDir(path string, mode os.FileMode) error {
+	if err := os.Mkdir(path, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := checkDir(path); err != nil {
+		return err
+	}
+	// Mkdir's mode passes through the umask; set it exactly.
+	return os.Chmod(path, mode)
+}
+
 // checkVolume checks that the volume directory and its data directory are real directories,
 // with checkDir's errors.
 func (f *Filesystem) checkVolume(volumeID string) error {
@@ -327,8 +340,12 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	stored, err := f.readMetadata(meta.VolumeID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		if err := f.createVolumeDirs(meta.VolumeID); err != nil {
-			return false, err
+		err := makeDir(f.volumeDir(meta.VolumeID), volumeDirMode)
+		if err == nil {
+			err = makeDir(f.dataDir(meta.VolumeID), dataDirMode)
+		}
+		if err != nil {
+			return false, fmt.Errorf("creating volume %q: %w", meta.VolumeID, err)
 		}
 		stored = meta
 		stored.Mounted = false
@@ -343,26 +360,6 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 		return false, err
 	}
 	return true, nil
-}
-
-// createVolumeDirs makes <id>/ and <id>/data with their modes.
-func (f *Filesystem) createVolumeDirs(volumeID string) error {
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-	}{{f.volumeDir(volumeID), volumeDirMode}, {f.dataDir(volumeID), dataDirMode}} {
-		if err := os.Mkdir(d.path, d.mode); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("creating volume %q: %w", volumeID, err)
-		}
-		if err := checkDir(d.path); err != nil {
-			return fmt.Errorf("creating volume %q: %w", volumeID, err)
-		}
-		// Mkdir's mode passes through the umask; set it exactly.
-		if err := os.Chmod(d.path, d.mode); err != nil {
-			return fmt.Errorf("creating volume %q: %w", volumeID, err)
-		}
-	}
-	return nil
 }
 
 func (f *Filesystem) writeMetadata(volumeID string, meta metadata.Metadata) error {

@@ -70,10 +70,7 @@ func (f *Filesystem) keepPendingKey(id string) (bool, error) {
 	if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
-	if err := os.Mkdir(f.sweptKeysDir(), sweptKeysDirMode); err != nil && !errors.Is(err, os.ErrExist) {
-		return false, err
-	}
-	if err := checkDir(f.sweptKeysDir()); err != nil {
+	if err := makeDir(f.sweptKeysDir(), sweptKeysDirMode); err != nil {
 		return false, err
 	}
 	if err := os.Rename(src, filepath.Join(f.sweptKeysDir(), id)); err != nil {
