@@ -253,11 +253,7 @@ func (f *Filesystem) RemoveVolume(volumeID string) error {
 // ListVolumes returns the IDs of all volume directories in name order, nil when there are none.
 // Stray files and names that are not valid volume IDs are skipped. It never modifies anything.
 func (f *Filesystem) ListVolumes() ([]string, error) {
-	ids, err := listIDs(f.root, fs.ModeDir)
-	if err != nil {
-		return nil, fmt.Errorf("listing volumes: %w", err)
-	}
-	return ids, nil
+	return listIDs(f.root, fs.ModeDir)
 }
 
 // ReadMetadata reads and decodes the volume's metadata.json. A missing volume or file gives
@@ -458,11 +454,7 @@ func (f *Filesystem) SweptPendingKeys() ([]string, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	ids, err := listIDs(f.sweptKeysDir(), 0)
-	if err != nil {
-		return nil, fmt.Errorf("listing swept pending keys: %w", err)
-	}
-	return ids, nil
+	return listIDs(f.sweptKeysDir(), 0)
 }
 
 // ReadSweptPendingKey returns the pending key the sweep kept for a removed volume; ErrNotFound
@@ -524,7 +516,8 @@ func readFileIn(dir, name string) ([]byte, error) {
 }
 
 // listIDs lists, in name order, the entries of dir of the given type (fs.ModeDir, or 0 for a
-// regular file) whose names are valid volume IDs; nil when there are none.
+// regular file) whose names are valid volume IDs; nil when there are none. A failure is
+// os.ReadDir's error, which names dir.
 func listIDs(dir string, kind fs.FileMode) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
