@@ -116,14 +116,21 @@ func projectFiles(dir string, files map[string][]byte, gid *int64, hook func(pro
 	}
 	visible := make(map[string]bool, len(files))
 	for name, content := range files {
-		first, _, nested := strings.Cut(name, "/")
+		first, _, _ := strings.Cut(name, "/")
 		visible[first] = true
-		if nested {
-			if err := os.MkdirAll(filepath.Dir(filepath.Join(genDir, name)), generationMode); err != nil {
-				return fail(err)
-			}
+		// A sub-path's directories; for a top-level name this is genDir itself, which exists.
+		path := filepath.Join(genDir, name)
+		if err := os.MkdirAll(filepath.Dir(path), generationMode); err != nil {
+			return fail(err)
 		}
-		if err := writeGenerationFile(filepath.Join(genDir, name), content, gid); err != nil {
+		file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			err = writeAndSync(file, content, projectFileMode)
+		}
+		if err == nil {
+			err = chgrp(path, gid)
+		}
+		if err != nil {
 			return fail(err)
 		}
 		at(pointFileWritten)
@@ -196,17 +203,6 @@ func removeStale(dir, gen string, keep map[string]bool) ([]string, error) {
 		}
 	}
 	return removed, nil
-}
-
-func writeGenerationFile(path string, content []byte, gid *int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err == nil {
-		err = writeAndSync(f, content, projectFileMode)
-	}
-	if err == nil {
-		err = chgrp(path, gid)
-	}
-	return err
 }
 
 func chgrp(path string, gid *int64) error {

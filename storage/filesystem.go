@@ -153,8 +153,15 @@ func NewFilesystemWithOptions(log logr.Logger, baseDir string, opts FilesystemOp
 		return nil, fmt.Errorf("creating %s: %w", f.root, err)
 	}
 	if !opts.PlainDirectory {
-		if err := f.ensureTmpfs(); err != nil {
-			return nil, err
+		notMounted, err := f.mounter.IsLikelyNotMountPoint(f.root)
+		if err != nil {
+			return nil, fmt.Errorf("checking whether %s is a mount point: %w", f.root, err)
+		}
+		if notMounted {
+			if err := f.mounter.Mount("tmpfs", f.root, "tmpfs", nil); err != nil {
+				return nil, fmt.Errorf("mounting tmpfs at %s (use FilesystemOptions.PlainDirectory where mounting is not allowed): %w", f.root, err)
+			}
+			log.Info("Mounted tmpfs for volume data", "path", f.root)
 		}
 	}
 	log.Info("Start-up sweep of never-published volumes: 1 on, 0 off as upstream (docs/csilibdebug.md)", csilibdebug.StartupSweep, sweepTaken)
@@ -162,21 +169,6 @@ func NewFilesystemWithOptions(log logr.Logger, baseDir string, opts FilesystemOp
 		f.state.startupSweep = f.Sweep()
 	}
 	return f, nil
-}
-
-func (f *Filesystem) ensureTmpfs() error {
-	notMounted, err := f.mounter.IsLikelyNotMountPoint(f.root)
-	if err != nil {
-		return fmt.Errorf("checking whether %s is a mount point: %w", f.root, err)
-	}
-	if !notMounted {
-		return nil
-	}
-	if err := f.mounter.Mount("tmpfs", f.root, "tmpfs", nil); err != nil {
-		return fmt.Errorf("mounting tmpfs at %s (use FilesystemOptions.PlainDirectory where mounting is not allowed): %w", f.root, err)
-	}
-	f.log.Info("Mounted tmpfs for volume data", "path", f.root)
-	return nil
 }
 
 // StartupSweep returns what the sweep in NewFilesystem did.
@@ -207,6 +199,19 @@ func checkDir(path string) error {
 	return nil
 }
 
+// makeDir makes the directory path, or keeps the real directory already there, and gives it
+// exactly mode; anything else at path (a symlink in particular) is refused with checkDir's error.
+func makeDir(path string, mode os.FileMode) error {
+	if err := os.Mkdir(path, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := checkDir(path); err != nil {
+		return err
+	}
+	// Mkdir's mode passes through the umask; set it exactly.
+	return os.Chmod(path, mode)
+}
+
 // checkVolume checks that the volume directory and its data directory are real directories,
 // with checkDir's errors.
 func (f *Filesystem) checkVolume(volumeID string) error {
@@ -226,25 +231,29 @@ func (f *Filesystem) PathForVolume(volumeID string) string {
 	return filepath.Join(f.baseDir, inMemoryDirName, volumeID, dataDirName)
 }
 
-// RemoveVolume removes the volume's directory. Removing a missing volume succeeds.
-func (f *Filesystem) RemoveVolume(volumeID string) error {
+// locked runs do with the volume locked once volumeID is known to be valid (ErrInvalidVolumeID
+// otherwise).
+func (f *Filesystem) locked(volumeID string, do func() error) error {
 	if err := ValidateVolumeID(volumeID); err != nil {
 		return err
 	}
 	unlock := f.state.locks.LockNoContext(volumeID)
 	defer unlock()
-	// RemoveAll does not follow symlinks: a replaced directory only loses the link.
-	return os.RemoveAll(f.volumeDir(volumeID))
+	return do()
+}
+
+// RemoveVolume removes the volume's directory. Removing a missing volume succeeds.
+func (f *Filesystem) RemoveVolume(volumeID string) error {
+	return f.locked(volumeID, func() error {
+		// RemoveAll does not follow symlinks: a replaced directory only loses the link.
+		return os.RemoveAll(f.volumeDir(volumeID))
+	})
 }
 
 // ListVolumes returns the IDs of all volume directories in name order, nil when there are none.
 // Stray files and names that are not valid volume IDs are skipped. It never modifies anything.
 func (f *Filesystem) ListVolumes() ([]string, error) {
-	ids, err := listIDs(f.root, fs.ModeDir)
-	if err != nil {
-		return nil, fmt.Errorf("listing volumes: %w", err)
-	}
-	return ids, nil
+	return listIDs(f.root, fs.ModeDir)
 }
 
 // ReadMetadata reads and decodes the volume's metadata.json. A missing volume or file gives
@@ -276,9 +285,6 @@ func (f *Filesystem) readMetadata(volumeID string) (metadata.Metadata, error) {
 // Mounted true. A missing volume directory gives an error matching both fs.ErrNotExist and
 // ErrNotFound.
 func (f *Filesystem) WriteMetadata(volumeID string, meta metadata.Metadata) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
 	return f.writeInVolume(volumeID, "metadata", func() error {
 		// Missing or corrupt metadata is replaced (a good write repairs it); stored is then zero.
 		stored, err := f.readMetadata(volumeID)
@@ -290,34 +296,31 @@ func (f *Filesystem) WriteMetadata(volumeID string, meta metadata.Metadata) erro
 	})
 }
 
-// writeInVolume runs write with the volume locked once its directory is known to be a real
-// one; what names the written thing in that check's error, which matches ErrNotFound and
-// fs.ErrNotExist for a missing directory.
+// writeInVolume runs write with the volume locked (see locked) once its directory is known to
+// be a real one; what names the written thing in that check's error, which matches ErrNotFound
+// and fs.ErrNotExist for a missing directory.
 func (f *Filesystem) writeInVolume(volumeID, what string, write func() error) error {
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	if err := checkDir(f.volumeDir(volumeID)); err != nil {
-		return fmt.Errorf("writing %s of volume %q: %w", what, volumeID, err)
-	}
-	return write()
+	return f.locked(volumeID, func() error {
+		if err := checkDir(f.volumeDir(volumeID)); err != nil {
+			return fmt.Errorf("writing %s of volume %q: %w", what, volumeID, err)
+		}
+		return write()
+	})
 }
 
 // SetMounted records, in one locked read-modify-write, that the volume's publish succeeded.
 func (f *Filesystem) SetMounted(volumeID string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	stored, err := f.readMetadata(volumeID)
-	if err != nil {
-		return err
-	}
-	if stored.Mounted {
-		return nil
-	}
-	stored.Mounted = true
-	return f.writeMetadata(volumeID, stored)
+	return f.locked(volumeID, func() error {
+		stored, err := f.readMetadata(volumeID)
+		if err != nil {
+			return err
+		}
+		if stored.Mounted {
+			return nil
+		}
+		stored.Mounted = true
+		return f.writeMetadata(volumeID, stored)
+	})
 }
 
 // RegisterMetadata creates the volume if it does not exist (Mounted false) and reports true.
@@ -333,8 +336,12 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	stored, err := f.readMetadata(meta.VolumeID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		if err := f.createVolumeDirs(meta.VolumeID); err != nil {
-			return false, err
+		err := makeDir(f.volumeDir(meta.VolumeID), volumeDirMode)
+		if err == nil {
+			err = makeDir(f.dataDir(meta.VolumeID), dataDirMode)
+		}
+		if err != nil {
+			return false, fmt.Errorf("creating volume %q: %w", meta.VolumeID, err)
 		}
 		stored = meta
 		stored.Mounted = false
@@ -349,26 +356,6 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 		return false, err
 	}
 	return true, nil
-}
-
-// createVolumeDirs makes <id>/ and <id>/data with their modes.
-func (f *Filesystem) createVolumeDirs(volumeID string) error {
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-	}{{f.volumeDir(volumeID), volumeDirMode}, {f.dataDir(volumeID), dataDirMode}} {
-		if err := os.Mkdir(d.path, d.mode); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("creating volume %q: %w", volumeID, err)
-		}
-		if err := checkDir(d.path); err != nil {
-			return fmt.Errorf("creating volume %q: %w", volumeID, err)
-		}
-		// Mkdir's mode passes through the umask; set it exactly.
-		if err := os.Chmod(d.path, d.mode); err != nil {
-			return fmt.Errorf("creating volume %q: %w", volumeID, err)
-		}
-	}
-	return nil
 }
 
 func (f *Filesystem) writeMetadata(volumeID string, meta metadata.Metadata) error {
@@ -444,9 +431,6 @@ func (f *Filesystem) ReadFile(volumeID, name string) ([]byte, error) {
 
 // WritePendingKey atomically writes the volume's pending key beside its metadata (mode 0600).
 func (f *Filesystem) WritePendingKey(volumeID string, data []byte) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
-		return err
-	}
 	return f.writeInVolume(volumeID, "pending key", func() error {
 		return writeFileAtomic(f.volumeDir(volumeID), pendingKeyFileName, data, metadataMode)
 	})
@@ -470,11 +454,7 @@ func (f *Filesystem) SweptPendingKeys() ([]string, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	ids, err := listIDs(f.sweptKeysDir(), 0)
-	if err != nil {
-		return nil, fmt.Errorf("listing swept pending keys: %w", err)
-	}
-	return ids, nil
+	return listIDs(f.sweptKeysDir(), 0)
 }
 
 // ReadSweptPendingKey returns the pending key the sweep kept for a removed volume; ErrNotFound
@@ -505,19 +485,16 @@ func readKey(volumeID, what, dir, name string) ([]byte, error) {
 // removeKey removes the key file name in the real directory dir with the volume locked; a
 // missing directory or file is nothing to remove.
 func (f *Filesystem) removeKey(volumeID, dir, name string) error {
-	if err := ValidateVolumeID(volumeID); err != nil {
+	return f.locked(volumeID, func() error {
+		err := checkDir(dir)
+		if err == nil {
+			err = os.Remove(filepath.Join(dir, name))
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		return err
-	}
-	unlock := f.state.locks.LockNoContext(volumeID)
-	defer unlock()
-	err := checkDir(dir)
-	if err == nil {
-		err = os.Remove(filepath.Join(dir, name))
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
+	})
 }
 
 // readFileIn reads the file name in the real directory dir through an os.Root, so that nothing
@@ -539,7 +516,8 @@ func readFileIn(dir, name string) ([]byte, error) {
 }
 
 // listIDs lists, in name order, the entries of dir of the given type (fs.ModeDir, or 0 for a
-// regular file) whose names are valid volume IDs; nil when there are none.
+// regular file) whose names are valid volume IDs; nil when there are none. A failure is
+// os.ReadDir's error, which names dir.
 func listIDs(dir string, kind fs.FileMode) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {

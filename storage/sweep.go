@@ -70,10 +70,7 @@ func (f *Filesystem) keepPendingKey(id string) (bool, error) {
 	if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
-	if err := os.Mkdir(f.sweptKeysDir(), sweptKeysDirMode); err != nil && !errors.Is(err, os.ErrExist) {
-		return false, err
-	}
-	if err := checkDir(f.sweptKeysDir()); err != nil {
+	if err := makeDir(f.sweptKeysDir(), sweptKeysDirMode); err != nil {
 		return false, err
 	}
 	if err := os.Rename(src, filepath.Join(f.sweptKeysDir(), id)); err != nil {
@@ -105,10 +102,8 @@ func (f *Filesystem) removeCrashLeftovers(id string) ([]string, error) {
 			removed = append(removed, id+"/"+e.Name())
 		}
 	}
+	// A "..data" that is missing or names no entry of data/ (a link leading out) keeps nothing.
 	current, _ := os.Readlink(filepath.Join(f.dataDir(id), dataLinkName))
-	if strings.Contains(current, "/") {
-		current = "" // not a generation of ours: keep nothing it names
-	}
 	stale, err := removeStale(f.dataDir(id), current, nil)
 	for _, name := range stale {
 		removed = append(removed, id+"/"+dataDirName+"/"+name)
