@@ -225,7 +225,7 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 			}
 			return a.waitAndWrite(ctx, meta, settled, key)
 		}
-		iss.keys.RequestDeleted(reqKey)
+		iss.keys.Drop(reqKey)
 		return err
 	}
 	log.Info("Created CertificateRequest", "request", created.Name, "namespace", created.Namespace)
@@ -247,7 +247,7 @@ func (a *issueAttempt) deleteRequest(ctx context.Context, log logr.Logger, req *
 	if err != nil && !errors.Is(err, certrequests.ErrStaleCache) {
 		return nil, fromAPIServer, err
 	}
-	iss.keys.RequestDeleted(certrequests.Key(req.Namespace, req.Name))
+	iss.keys.Drop(certrequests.Key(req.Namespace, req.Name))
 	if err == nil {
 		log.V(2).Info("Deleted stale CertificateRequest", "request", req.Name, "namespace", req.Namespace)
 		return rest, fromAPIServer, nil
@@ -299,12 +299,12 @@ func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadat
 		return got, nil
 	case errors.Is(err, certrequests.ErrRequestGone):
 		log.Info("A CertificateRequest whose create's outcome was unknown was created and has been deleted since", "request", sent.Name, "namespace", sent.Namespace)
-		iss.keys.RequestDeleted(reqKey)
+		iss.keys.Drop(reqKey)
 		return nil, nil
 	case errors.Is(err, certrequests.ErrStillUnknown):
 		return nil, err
 	default:
-		iss.keys.RequestDeleted(reqKey)
+		iss.keys.Drop(reqKey)
 		return nil, err
 	}
 }

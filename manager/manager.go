@@ -38,7 +38,6 @@ import (
 	"github.com/cert-manager/csi-lib/internal/podcondition"
 	"github.com/cert-manager/csi-lib/internal/workqueue"
 	"github.com/cert-manager/csi-lib/metadata"
-	"github.com/cert-manager/csi-lib/storage"
 )
 
 // Manager obtains and renews certificates for the volumes it manages. Create it with NewManager;
@@ -91,7 +90,7 @@ func NewManager(opts Options) (*Manager, error) {
 			driver:               driverFuncsOf(opts, ownCreates),
 			maxRequestsPerVolume: opts.MaxRequestsPerVolume,
 			jitter:               opts.RenewalJitter,
-			keys:                 pendingkeys.New(log, opts.MetadataReader, storage.ErrNotFound),
+			keys:                 pendingkeys.New(log, opts.MetadataReader),
 			builder:              requestBuilder{nodeName: opts.NodeID, nodeHash: nodeHash, annotateOrigin: !opts.DisableOriginAnnotations},
 			requestsRead:         opts.testHooks.requestsRead,
 		},
@@ -116,7 +115,7 @@ func NewManager(opts Options) (*Manager, error) {
 		probe = apihealth.APIServerProbe(opts.Client)
 	}
 	m.issuance.health = apihealth.New(opts.Clock, probe, m.life, m.outageEnded)
-	if m.issuance.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.issuance.health, !opts.DisableWatchFallbackReads, m.issuance.keys.Seen, m.issuance.keys.RequestDeleted); err != nil {
+	if m.issuance.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.issuance.health, !opts.DisableWatchFallbackReads, m.issuance.keys.Seen, m.issuance.keys.Drop); err != nil {
 		m.life.End()
 		return nil, err
 	}

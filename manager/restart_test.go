@@ -112,7 +112,7 @@ func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
 	a.Stop()
 	// Replace the persisted key with another key for the same request.
 	other, _ := testkit.NewKey()
-	pendingkeys.New(logr.Discard(), e.store, storage.ErrNotFound).Remember(logr.Discard(), "v1", certrequests.Key(pending.Namespace, pending.Name), other)
+	pendingkeys.New(logr.Discard(), e.store).Remember(logr.Discard(), "v1", certrequests.Key(pending.Namespace, pending.Name), other)
 
 	b, err := NewManager(e.opts)
 	if err != nil {

@@ -35,6 +35,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/cert-manager/csi-lib/internal/api"
+	"github.com/cert-manager/csi-lib/internal/api/util"
 	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/internal/apihealth"
 	"github.com/cert-manager/csi-lib/internal/lifetime"
@@ -152,27 +154,58 @@ func TestFallbackReadsOnlyWhenAsked(t *testing.T) {
 // A settling whose create under the same name gets no answer either (a refused connection, which
 // for a first create would mean the request never left) leaves the first create's outcome
 // unknown: the request keeps its place in this process's creation order, which orders it among
-// the volume's requests whose CreationTimestamps tie.
+// the volume's requests whose CreationTimestamps tie. Request "c" is created first and "b"
+// after it: the two tie (the fake clientset sets no CreationTimestamp), so ordered by creation
+// they are c, b; a forgotten place would order them by name, b first.
 func TestUnansweredSettlingKeepsTheCreationOrder(t *testing.T) {
 	life := lifetime.New()
 	defer life.End()
 	clk := testclock.NewFakeClock(time.Now())
 	// No probe starts here: only a failed renewal attempt starts one.
 	health := apihealth.New(clk, func(context.Context) error { return nil }, life, nil)
-	v, err := New(fake.NewClientset(), clk, "node-hash", health, true, func(string) {}, func(string) {})
+	client := fake.NewClientset()
+	v, err := New(client, clk, "node-hash", health, true, func(string) {}, func(string) {})
 	if err != nil {
 		t.Fatal(err)
+	}
+	request := func(name string) *cmapi.CertificateRequest {
+		return &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{
+			api.NodeIDHashLabelKey:   "node-hash",
+			api.VolumeIDHashLabelKey: util.HashIdentifier("vol"),
+		}}}
+	}
+	ctx := context.Background()
+	if _, err := v.Create(ctx, client, apicall.DriverAccount, request("c")); err != nil {
+		t.Fatal(err)
+	}
+	// The first create of "b", whose answer was lost.
+	lost := fake.NewClientset()
+	lost.PrependReactor("create", "certificaterequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, connectionReset
+	})
+	if _, err := v.Create(ctx, lost, apicall.DriverAccount, request("b")); !CreateOutcomeUnknown(err) {
+		t.Fatalf("the lost create = %v, want an unknown outcome", err)
 	}
 	refusing := fake.NewClientset()
 	refusing.PrependReactor("create", "certificaterequests", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, connectionRefused
 	})
-	sent := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r1"}}
-	v.noteCreated(Key("ns", "r1")) // the first create, whose answer was lost
-	if _, err := v.Settle(context.Background(), refusing, "someone", sent, false); !errors.Is(err, ErrStillUnknown) {
+	if _, err := v.Settle(ctx, refusing, "someone", request("b"), false); !errors.Is(err, ErrStillUnknown) {
 		t.Fatalf("settling = %v, want ErrStillUnknown", err)
 	}
-	if !v.CreatedHere(Key("ns", "r1")) {
-		t.Fatal("the request's place in the creation order was forgotten")
+	// The first create of "b" had landed after all.
+	if err := client.Tracker().Add(request("b")); err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := v.ForVolumeFromAPIServer(ctx, "vol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 2 || reqs[0].Name != "c" || reqs[1].Name != "b" {
+		names := []string{}
+		for _, req := range reqs {
+			names = append(names, req.Name)
+		}
+		t.Fatalf("the volume's requests are %v, want [c b]: the place of b in the creation order was forgotten", names)
 	}
 }

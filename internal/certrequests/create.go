@@ -75,24 +75,18 @@ func (r *View) readByName(ctx context.Context, namespace, name string) (*cmapi.C
 // CreateOutcomeUnknown reports whether a failed create may nevertheless have created the
 // request: no answer came from the apiserver (a broken connection, a deadline, a cancellation), or
 // it answered that it could not finish in time or failed inside (5xx). A refused connection is
-// not one, nor is a call the client's rate limiter held back (throttledBeforeSending): the
-// request never left.
+// not one, nor is a call the client's rate limiter held back: the request never left.
 func CreateOutcomeUnknown(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
-		// A refused connection never carried the request, nor did a client that would not wait
-		// for its own rate limiter.
-		return !utilnet.IsConnectionRefused(err) && !throttledBeforeSending(err)
+		// A refused connection never carried the request, nor did a call that failed in the
+		// client's own rate limiter: client-go's REST client waits there under the call's context
+		// and gives up at once when the wait would outlast the context's deadline. The text is
+		// client-go's own; the limiter's errors carry no sentinel to match.
+		return !utilnet.IsConnectionRefused(err) &&
+			!strings.Contains(err.Error(), "client rate limiter Wait returned an error")
 	}
 	return status.Status().Code >= http.StatusInternalServerError
-}
-
-// throttledBeforeSending reports whether a call failed in the client's own rate limiter, before
-// anything was sent: client-go's REST client waits there under the call's context and gives up
-// at once when the wait would outlast the context's deadline. The text is client-go's own; the
-// limiter's errors carry no sentinel to match.
-func throttledBeforeSending(err error) bool {
-	return strings.Contains(err.Error(), "client rate limiter Wait returned an error")
 }
 
 // ErrRequestGone: a request whose create's outcome was unknown was created, and has been deleted
@@ -185,13 +179,4 @@ func (r *View) noteCreated(reqKey string) {
 	defer r.mu.Unlock()
 	r.createdSeq++
 	r.created[reqKey] = r.createdSeq
-}
-
-// CreatedHere reports whether the request has a place in this process's creation order: this
-// process created it, or may have (its create's outcome is unknown), and has not seen it deleted.
-func (r *View) CreatedHere(reqKey string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.created[reqKey]
-	return ok
 }

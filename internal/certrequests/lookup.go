@@ -25,7 +25,6 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/cert-manager/csi-lib/internal/api"
 	"github.com/cert-manager/csi-lib/internal/api/util"
@@ -77,12 +76,8 @@ func (r *View) sortByCreation(reqs []*cmapi.CertificateRequest) {
 
 // Exists reports whether the informer's cache holds the request.
 func (r *View) Exists(reqKey string) bool {
-	ns, name, err := cache.SplitMetaNamespaceKey(reqKey)
-	if err != nil || name == "" {
-		return false
-	}
-	_, err = r.lister.CertificateRequests(ns).Get(name)
-	return err == nil
+	_, exists, err := r.informer.GetIndexer().GetByKey(reqKey)
+	return exists && err == nil
 }
 
 // NewestNotAfter is the expiry of the newest certificate issued for the volume, from the
@@ -101,7 +96,7 @@ func (r *View) NewestNotAfter(volumeID string) time.Time {
 }
 
 // ForVolumeFromAPIServer returns the volume's requests as the apiserver holds them (a list of
-// this node's requests of this one volume, by their labels), ordered as forVolume orders them:
+// this node's requests of this one volume, by their labels), ordered as ForVolume orders them:
 // for when the informer's cache is known to be stale.
 func (r *View) ForVolumeFromAPIServer(ctx context.Context, volumeID string) ([]*cmapi.CertificateRequest, error) {
 	selector := labels.SelectorFromSet(labels.Set{

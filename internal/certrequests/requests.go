@@ -50,10 +50,6 @@ const (
 	// volumeHashIndex indexes the informer's requests by the volume-hash label.
 	volumeHashIndex = "volumeIDHash"
 
-	// cacheRetryInterval is how soon a wait re-reads the informer cache after an error other
-	// than "not found" (on the injected clock).
-	cacheRetryInterval = time.Second
-
 	// DirectReadInterval is how often a wait reads its request from the apiserver while the
 	// informer's watch is suspect (see apihealth; on the injected clock); directReadRate and
 	// directReadBurst bound those reads node-wide.
@@ -77,7 +73,7 @@ type View struct {
 	clock    clock.Clock
 	nodeHash string
 	informer cache.SharedIndexInformer
-	// informerDone is closed when the informer started by start has stopped.
+	// informerDone is closed when the informer started by Start has stopped.
 	informerDone chan struct{}
 	lister       cmlisters.CertificateRequestLister
 	// seen is called with the key of every request the informer adds or updates, deleted with
@@ -99,8 +95,8 @@ type View struct {
 	// watchers are notified when the informer sees a change to a request, by request key.
 	watchers map[string]map[chan struct{}]struct{}
 	// informerRefused holds, by verb (list, watch), the apiserver's refusal of the informer's
-	// last call of that verb; a call that succeeds clears its verb. accessChanged is closed, and
-	// replaced, whenever it changes.
+	// last call of that verb; nil when a call of that verb succeeded since. accessChanged is
+	// closed, and replaced, whenever a verb goes from refused to not refused or back.
 	informerRefused map[string]error
 	accessChanged   chan struct{}
 }
@@ -174,11 +170,9 @@ func (r *View) Start(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown waits for the informer once the context given to start has ended.
+// Shutdown waits for the informer once the context given to Start has ended.
 func (r *View) Shutdown() {
-	if r.informerDone != nil {
-		<-r.informerDone
-	}
+	<-r.informerDone
 }
 
 // WaitForSync waits until the informer has synced or ctx ends, and ends at once with the
@@ -191,13 +185,16 @@ func (r *View) WaitForSync(ctx context.Context) error {
 		if r.informer.HasSynced() {
 			return nil
 		}
-		refused, changed := r.informerAccess()
-		select {
-		case <-r.informer.HasSyncedChecker().Done():
-			return nil
-		default:
+		// A refusal of the list is told before one of the watch.
+		r.mu.Lock()
+		refused := r.informerRefused["list"]
+		if refused == nil {
+			refused = r.informerRefused["watch"]
 		}
-		if refused != nil {
+		changed := r.accessChanged
+		r.mu.Unlock()
+		// The cache may have synced while the refusal was read.
+		if refused != nil && !r.informer.HasSynced() {
 			return refused
 		}
 		select {
@@ -219,41 +216,19 @@ func (r *View) noteInformerCall(verb string, err error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if (r.informerRefused[verb] == nil) == (refused == nil) {
-		if refused != nil {
-			r.informerRefused[verb] = refused
-		}
-		return
+	changed := (r.informerRefused[verb] == nil) != (refused == nil)
+	r.informerRefused[verb] = refused
+	if changed {
+		close(r.accessChanged)
+		r.accessChanged = make(chan struct{})
 	}
-	if refused == nil {
-		delete(r.informerRefused, verb)
-	} else {
-		r.informerRefused[verb] = refused
-	}
-	close(r.accessChanged)
-	r.accessChanged = make(chan struct{})
-}
-
-// informerAccess returns a refusal of the informer's calls, if one stands (list first), and a
-// channel closed when that changes.
-func (r *View) informerAccess() (refused error, changed <-chan struct{}) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, verb := range []string{"list", "watch"} {
-		if err := r.informerRefused[verb]; err != nil {
-			return err, r.accessChanged
-		}
-	}
-	return nil, r.accessChanged
 }
 
 func indexByVolumeHash(obj any) ([]string, error) {
-	req, ok := obj.(*cmapi.CertificateRequest)
-	if !ok {
-		return nil, nil
-	}
-	if h, ok := req.Labels[api.VolumeIDHashLabelKey]; ok {
-		return []string{h}, nil
+	if req, ok := obj.(*cmapi.CertificateRequest); ok {
+		if h, ok := req.Labels[api.VolumeIDHashLabelKey]; ok {
+			return []string{h}, nil
+		}
 	}
 	return nil, nil
 }
@@ -309,9 +284,4 @@ func (r *View) notify(reqKey string) {
 // Lister lists the node's requests from the informer's cache.
 func (r *View) Lister() cmlisters.CertificateRequestLister {
 	return r.lister
-}
-
-// HasSynced reports whether the informer's cache has synced.
-func (r *View) HasSynced() bool {
-	return r.informer.HasSynced()
 }

@@ -47,19 +47,17 @@ func (e *waitError) Unwrap() error { return e.cause }
 // the error drivers' tests match). read is the request as last read (from the cache, or from the
 // apiserver: a create's answer, a settling's read), which counts until the cache shows something
 // newer, so that a request already issued when a lagging cache does not show it yet ends the wait
-// at once. The wait reacts to informer events; a request not yet in the cache is waited for, and
-// a cache error other than "not found" is retried after cacheRetryInterval. While the informer's
-// watch is suspect (see apihealth.Health) it also reads the request from the apiserver every
-// DirectReadInterval, unless the View was made without fallback reads, so that a broken watch
-// never holds a signed certificate back. A request
-// that the cache showed and then lost, or that a direct read no longer finds, was deleted. When
-// ctx ends the error is a *waitError naming the last state seen.
+// at once. The wait reacts to informer events; a request not yet in the cache is waited for.
+// While the informer's watch is suspect (see apihealth.Health) it also reads the request from the
+// apiserver every DirectReadInterval, within the node-wide bound on those reads, unless the View
+// was made without fallback reads, so that a broken watch never holds a signed certificate back.
+// A request that the cache showed and then lost, or that a direct read no longer finds, was
+// deleted. When ctx ends the error is a *waitError naming the last state seen.
 func (r *View) Wait(ctx context.Context, read *cmapi.CertificateRequest) (req *cmapi.CertificateRequest, finished bool, err error) {
 	namespace, name := read.Namespace, read.Name
 	notify, unwatch := r.watch(Key(namespace, name))
 	defer unwatch()
 	inCache := false
-	lastReason := "request not yet in the informer cache"
 	direct := read // the last read past the cache, newer than the cache's copy while it lags
 	// directRefused: the apiserver refused a direct read; the wait relies on the cache alone.
 	directRefused := false
@@ -70,30 +68,21 @@ func (r *View) Wait(ctx context.Context, read *cmapi.CertificateRequest) (req *c
 		}
 	}()
 	for {
-		var retry, poll <-chan time.Time
-		req, err := r.lister.CertificateRequests(namespace).Get(name)
+		var poll <-chan time.Time
+		req = direct
+		cached, err := r.lister.CertificateRequests(namespace).Get(name)
 		switch {
 		case err == nil:
 			inCache = true
+			if !newerThan(direct, cached) {
+				req = cached
+			}
 		case apierrors.IsNotFound(err) && inCache:
 			return nil, true, ErrDeleted
 		}
-		if direct != nil && (err != nil || newerThan(direct, req)) {
-			req, err = direct, nil
-		}
-		switch {
-		case err == nil:
-			done, err := requestOutcome(req)
-			if done {
-				return req, err != nil, err
-			}
-			lastReason = pendingReason(req)
-		case apierrors.IsNotFound(err):
-		default:
-			lastReason = err.Error()
-			t := r.clock.NewTimer(cacheRetryInterval)
-			defer t.Stop()
-			retry = t.C()
+		done, err := requestOutcome(req)
+		if done {
+			return req, err != nil, err
 		}
 		suspect, becomesSuspect := r.health.WatchSuspect()
 		if !r.fallbackReads || directRefused {
@@ -112,47 +101,27 @@ func (r *View) Wait(ctx context.Context, read *cmapi.CertificateRequest) (req *c
 		select {
 		case <-notify:
 		case <-becomesSuspect:
-		case <-retry:
 		case <-poll:
 			pollTimer = nil
-			got, gone, err := r.readDirect(ctx, namespace, name)
-			if gone && (inCache || direct != nil) {
-				return nil, true, ErrDeleted
+			if r.directReads.AllowN(r.clock.Now(), 1) {
+				got, err := r.readByName(ctx, namespace, name)
+				if apierrors.IsNotFound(err) {
+					return nil, true, ErrDeleted
+				}
+				if err == nil {
+					direct = got
+				}
+				directRefused = errors.Is(err, apicall.ErrPermissionDenied)
 			}
-			if got != nil {
-				direct = got
-			}
-			directRefused = errors.Is(err, apicall.ErrPermissionDenied)
 		case <-ctx.Done():
-			return nil, false, &waitError{reason: lastReason, cause: context.Cause(ctx)}
+			return nil, false, &waitError{reason: pendingReason(req), cause: context.Cause(ctx)}
 		}
-	}
-}
-
-// readDirect reads a request from the apiserver (readByName), if the node-wide bound on direct
-// reads allows one now. gone is true when the apiserver does not have it; err is any other
-// failure.
-func (r *View) readDirect(ctx context.Context, namespace, name string) (req *cmapi.CertificateRequest, gone bool, err error) {
-	if !r.directReads.AllowN(r.clock.Now(), 1) {
-		return nil, false, nil
-	}
-	req, err = r.readByName(ctx, namespace, name)
-	switch {
-	case err == nil:
-		return req, false, nil
-	case apierrors.IsNotFound(err):
-		return nil, true, nil
-	default:
-		return nil, false, err
 	}
 }
 
 // newerThan reports whether a request read from the apiserver is newer than the cache's copy:
 // it carries an outcome the cache's copy lacks.
 func newerThan(direct, cached *cmapi.CertificateRequest) bool {
-	if cached == nil {
-		return true
-	}
 	directDone, _ := requestOutcome(direct)
 	cachedDone, _ := requestOutcome(cached)
 	return directDone && !cachedDone
@@ -228,11 +197,4 @@ func condition(req *cmapi.CertificateRequest, t cmapi.CertificateRequestConditio
 		}
 	}
 	return nil
-}
-
-// Waiting reports how many requests are being waited for.
-func (r *View) Waiting() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.watchers)
 }

@@ -91,19 +91,3 @@ func keyMatchesRequest(key crypto.Signer, req *cmapi.CertificateRequest) bool {
 	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
 	return ok && pub.Equal(csr.PublicKey)
 }
-
-// keyFiles is a store that keeps a pending key beside a volume's metadata (the methods of
-// storage.PendingKeyStore).
-type keyFiles interface {
-	WritePendingKey(volumeID string, data []byte) error
-	ReadPendingKey(volumeID string) ([]byte, error)
-	RemovePendingKey(volumeID string) error
-}
-
-// sweptFiles is a store that keeps the keys its start-up sweep kept (the methods of
-// storage.SweptKeyStore).
-type sweptFiles interface {
-	SweptPendingKeys() ([]string, error)
-	ReadSweptPendingKey(volumeID string) ([]byte, error)
-	RemoveSweptPendingKey(volumeID string) error
-}

@@ -35,6 +35,7 @@ import (
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/clockutil"
 	"github.com/cert-manager/csi-lib/internal/keylock"
+	"github.com/cert-manager/csi-lib/storage"
 )
 
 // Keys holds the private keys of submitted CertificateRequests whose key pair is not yet
@@ -58,16 +59,14 @@ import (
 // SweptKeyGrace after start-up.
 type Keys struct {
 	log   logr.Logger
-	store keyFiles   // nil: keys live in memory only
-	swept sweptFiles // nil: the store keeps no swept keys
-	// notFound is the store's error for a volume without a key file.
-	notFound error
+	store storage.PendingKeyStore // nil: keys live in memory only
+	swept storage.SweptKeyStore   // nil: the store keeps no swept keys
 
 	// files serialises the reads and writes of one volume's key files (its pending key and the
 	// key the sweep kept): the informer's delete events remove keys while attempts write them.
 	// A volume's file lock is taken before mu, never under it, and mu is never held across a
 	// file's read or write, so that the informer's add and update events (Seen) never wait for
-	// a disk. A delete event (RequestDeleted) removes the request's files, if any, itself.
+	// a disk. A delete event (Drop) removes the request's files, if any, itself.
 	files keylock.Locks
 
 	// mu guards the maps.
@@ -96,13 +95,11 @@ type Held struct {
 
 // New holds keys for the volumes of store: on disk too if store implements
 // storage.PendingKeyStore, and the keys its start-up sweep kept if it implements
-// storage.SweptKeyStore. notFound is the store's error for a volume without a key file
-// (storage.ErrNotFound).
-func New(log logr.Logger, store any, notFound error) *Keys {
+// storage.SweptKeyStore.
+func New(log logr.Logger, store any) *Keys {
 	k := &Keys{log: log, inMemory: make(map[string]Held), unseen: make(map[string]string), sweptFor: make(map[string]string)}
-	k.store, _ = store.(keyFiles)
-	k.swept, _ = store.(sweptFiles)
-	k.notFound = notFound
+	k.store, _ = store.(storage.PendingKeyStore)
+	k.swept, _ = store.(storage.SweptKeyStore)
 	if k.store == nil {
 		k.swept = nil // a kept key can only be adopted into a PendingKeyStore
 	}
@@ -184,36 +181,31 @@ func (k *Keys) Seen(reqKey string) {
 	delete(k.unseen, pk.VolumeID)
 }
 
-// Count is how many keys are held in memory.
-func (k *Keys) Count() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.inMemory)
-}
-
-// Drop forgets a request's key once it can no longer be used: in memory and, if the volume's
-// persisted key is this request's, on disk (a newer request's key is left alone).
+// Drop forgets everything held for a request whose key can no longer be used (its key pair is
+// written; it was denied, failed or deleted; its create was refused): its key in memory, the
+// volume's persisted key if it is this request's (a newer request's key is left alone), and a key
+// the sweep kept for it. The informer's delete events call it for every request.
 func (k *Keys) Drop(reqKey string) {
 	k.mu.Lock()
-	volumeID, held := k.forgetLocked(reqKey)
-	k.mu.Unlock()
-	if held {
-		k.removeFileOf(volumeID, reqKey)
-	}
-}
-
-// forgetLocked forgets the request's key in memory and reports its volume; false if it was not
-// held.
-func (k *Keys) forgetLocked(reqKey string) (volumeID string, held bool) {
-	pk, ok := k.inMemory[reqKey]
-	if !ok {
-		return "", false
-	}
+	pk, held := k.inMemory[reqKey]
 	delete(k.inMemory, reqKey)
-	if k.unseen[pk.VolumeID] == reqKey {
+	if held && k.unseen[pk.VolumeID] == reqKey {
 		delete(k.unseen, pk.VolumeID)
 	}
-	return pk.VolumeID, true
+	var swept []string
+	for id, kept := range k.sweptFor {
+		if kept == reqKey {
+			delete(k.sweptFor, id)
+			swept = append(swept, id)
+		}
+	}
+	k.mu.Unlock()
+	if held {
+		k.removeFileOf(pk.VolumeID, reqKey)
+	}
+	for _, id := range swept {
+		k.removeSwept(id, "request", reqKey, "reason", "its request was deleted")
+	}
 }
 
 // removeFileOf removes the volume's persisted key if it is the request's (a newer request's key
@@ -231,27 +223,6 @@ func (k *Keys) removeFileOf(volumeID, reqKey string) {
 		if err := k.store.RemovePendingKey(volumeID); err != nil {
 			k.log.Error(err, "Removing a persisted pending key", "volume_id", volumeID, "request", reqKey)
 		}
-	}
-}
-
-// RequestDeleted forgets everything held for a request that no longer exists: its key in
-// memory, its persisted key and a kept key of a swept volume.
-func (k *Keys) RequestDeleted(reqKey string) {
-	k.mu.Lock()
-	volumeID, held := k.forgetLocked(reqKey)
-	var swept []string
-	for id, kept := range k.sweptFor {
-		if kept == reqKey {
-			delete(k.sweptFor, id)
-			swept = append(swept, id)
-		}
-	}
-	k.mu.Unlock()
-	if held {
-		k.removeFileOf(volumeID, reqKey)
-	}
-	for _, id := range swept {
-		k.removeSwept(id, "request", reqKey, "reason", "its request was deleted")
 	}
 }
 
@@ -317,7 +288,7 @@ func (k *Keys) remove(log logr.Logger, volumeID, reqKey, why string) {
 // there is none; the volume's file lock is held.
 func (k *Keys) read(volumeID string) (reqKey string, key crypto.Signer, found bool, err error) {
 	data, err := k.store.ReadPendingKey(volumeID)
-	if errors.Is(err, k.notFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return "", nil, false, nil
 	}
 	if err != nil {

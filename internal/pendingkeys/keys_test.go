@@ -26,9 +26,9 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
-)
 
-var errNoFile = errors.New("no key file")
+	"github.com/cert-manager/csi-lib/storage"
+)
 
 // slowFiles is a key store whose writes wait until the test lets them finish.
 type slowFiles struct {
@@ -54,7 +54,7 @@ func (f *slowFiles) ReadPendingKey(volumeID string) ([]byte, error) {
 	if data, ok := f.files[volumeID]; ok {
 		return data, nil
 	}
-	return nil, errNoFile
+	return nil, storage.ErrNotFound
 }
 
 func (f *slowFiles) RemovePendingKey(volumeID string) error {
@@ -65,12 +65,12 @@ func (f *slowFiles) RemovePendingKey(volumeID string) error {
 }
 
 // TestEventsNeverWaitForAKeyFile: while one volume's key file is being written (a slow disk),
-// the informer's events (Seen, RequestDeleted of another volume's request) and the reads of the
+// the informer's events (Seen, and Drop of another volume's request) and the reads of the
 // keys in memory go on; a Drop of the request being written waits for its write, and then
 // removes its file, so that no file outlives its key.
 func TestEventsNeverWaitForAKeyFile(t *testing.T) {
 	files := &slowFiles{writing: make(chan struct{}), finish: make(chan struct{}), files: map[string][]byte{}}
-	k := New(logr.Discard(), files, errNoFile)
+	k := New(logr.Discard(), files)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestEventsNeverWaitForAKeyFile(t *testing.T) {
 	k.HoldUnseen("ns/r1", &cmapi.CertificateRequest{}, true)
 	k.Seen("ns/r1")
 	k.Seen("ns/other")
-	k.RequestDeleted("ns/other")
+	k.Drop("ns/other")
 	if got, ok := k.InMemoryKey("ns/r1"); !ok || got != key {
 		t.Fatalf("the key in memory is %v, %v while its file is written", got, ok)
 	}
@@ -104,11 +104,13 @@ func TestEventsNeverWaitForAKeyFile(t *testing.T) {
 	close(files.finish)
 	<-remembered
 	<-dropped
-	if _, err := files.ReadPendingKey("v1"); !errors.Is(err, errNoFile) {
+	if _, err := files.ReadPendingKey("v1"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("the dropped request's key file outlived it (read: %v)", err)
 	}
-	if k.Count() != 0 {
-		t.Fatalf("%d keys held after the drop", k.Count())
+	for _, reqKey := range []string{"ns/r1", "ns/other"} {
+		if _, ok := k.InMemoryKey(reqKey); ok {
+			t.Fatalf("the key of %s is held after the drop", reqKey)
+		}
 	}
 }
 
@@ -131,7 +133,7 @@ func (f *memFiles) ReadPendingKey(volumeID string) ([]byte, error) {
 	if data, ok := f.files[volumeID]; ok {
 		return data, nil
 	}
-	return nil, errNoFile
+	return nil, storage.ErrNotFound
 }
 
 func (f *memFiles) RemovePendingKey(volumeID string) error {
@@ -146,7 +148,7 @@ func (f *memFiles) RemovePendingKey(volumeID string) error {
 // file goes.
 func TestRequestDeletedForgetsTheKey(t *testing.T) {
 	files := &memFiles{files: map[string][]byte{}}
-	k := New(logr.Discard(), files, errNoFile)
+	k := New(logr.Discard(), files)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -156,14 +158,14 @@ func TestRequestDeletedForgetsTheKey(t *testing.T) {
 	if _, err := files.ReadPendingKey("v1"); err != nil {
 		t.Fatalf("the key was not persisted: %v", err)
 	}
-	k.RequestDeleted("ns/r1")
-	if _, ok := k.InMemoryKey("ns/r1"); ok || k.Count() != 0 {
-		t.Fatalf("%d keys held after the request was deleted", k.Count())
+	k.Drop("ns/r1")
+	if _, ok := k.InMemoryKey("ns/r1"); ok {
+		t.Fatal("the key is held after the request was deleted")
 	}
 	if _, unseen := k.UnseenRequest("v1"); unseen {
 		t.Fatal("the deleted request is still held as unseen")
 	}
-	if _, err := files.ReadPendingKey("v1"); !errors.Is(err, errNoFile) {
+	if _, err := files.ReadPendingKey("v1"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("the deleted request's key file outlived it (read: %v)", err)
 	}
 }
