@@ -131,10 +131,3 @@ func (l *Lifetime) Context() context.Context {
 func (l *Lifetime) Cancel() {
 	l.cancel()
 }
-
-// Running reports how many goroutines are registered and not outside.
-func (l *Lifetime) Running() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n
-}
