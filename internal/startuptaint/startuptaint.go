@@ -189,8 +189,9 @@ func (r *Remover) waitForRegistration(ctx context.Context) bool {
 	return false
 }
 
-// watchUntil reads w until found returns true for an event, expired delivers (ended), the watch
-// ends or ctx does; events says whether an object was added or modified meanwhile.
+// watchUntil reads w until found returns true for an event (done), expired delivers (ended; a
+// nil channel never does), the watch ends or ctx does; events says whether an object was added
+// or modified meanwhile.
 func watchUntil(ctx context.Context, w watch.Interface, expired <-chan time.Time, found func(watch.Event) bool) (done, ended, events bool) {
 	defer w.Stop()
 	for {
