@@ -101,11 +101,8 @@ func (t *Tracked) Outside(f func()) bool {
 	t.l.leave()
 	t.inside = false
 	f()
-	if !t.l.enter() {
-		return false
-	}
-	t.inside = true
-	return true
+	t.inside = t.l.enter()
+	return t.inside
 }
 
 // Held reports whether the goroutine still holds its registration: false once an Outside call
