@@ -141,13 +141,6 @@ func (a *Limits) releaseFunc() func() {
 	})
 }
 
-// Waiting returns how many callers are waiting in the queue.
-func (a *Limits) Waiting() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.queue.Len()
-}
-
 // Close stops the token timer; waiters end through their contexts.
 func (a *Limits) Close() {
 	a.mu.Lock()

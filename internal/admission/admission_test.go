@@ -62,6 +62,13 @@ func poll(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waiting returns how many callers are waiting in l's queue.
+func waiting(l *Limits) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.queue.Len()
+}
+
 // admitted is one Wait's outcome.
 type admitted struct {
 	i       int
@@ -74,13 +81,13 @@ type admitted struct {
 func startWaiters(t *testing.T, l *Limits, ctxs []context.Context) <-chan admitted {
 	t.Helper()
 	out := make(chan admitted, len(ctxs))
-	before := l.Waiting()
+	before := waiting(l)
 	for i, ctx := range ctxs {
 		go func() {
 			release, err := l.Wait(ctx)
 			out <- admitted{i, release, err}
 		}()
-		poll(t, "the waiter to queue", func() bool { return l.Waiting() == before+i+1 })
+		poll(t, "the waiter to queue", func() bool { return waiting(l) == before+i+1 })
 	}
 	return out
 }
@@ -213,7 +220,7 @@ func TestEndedWaitLeavesTheQueue(t *testing.T) {
 	if a := receive(t, out); a.i != 0 || !errors.Is(a.err, cause) || a.release != nil {
 		t.Fatalf("waiter %d ended with %v, want waiter 0 with the caller's cause", a.i, a.err)
 	}
-	if n := l.Waiting(); n != 1 {
+	if n := waiting(l); n != 1 {
 		t.Fatalf("%d waiting, want 1", n)
 	}
 	release()

@@ -18,7 +18,6 @@ package apihealth
 
 import (
 	"context"
-	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -41,53 +40,41 @@ func (h *Health) Observe(lw cache.ListerWatcherWithContext) *cache.ListWatch {
 				return nil, err
 			}
 			h.watchLive()
-			ctx, cancel := context.WithCancel(ctx)
-			r := &relay{inner: w, out: make(chan watch.Event), ctx: ctx}
-			r.stop = sync.OnceFunc(func() {
-				cancel()
-				w.Stop()
-			})
-			go r.run(h)
-			return r, nil
+			out := make(chan watch.Event)
+			relay := watch.NewProxyWatcher(out)
+			go h.relay(ctx, w, relay.StopChan(), out)
+			return relay, nil
 		},
 	}
 }
 
-// relay passes a watch's events on, unbuffered, and learns whether its stream ended unasked.
-type relay struct {
-	inner watch.Interface
-	out   chan watch.Event
-	// ctx ends when the watch is stopped or the context it was opened with ends; stop ends it
-	// before it stops the inner watch, so that run, seeing the inner stream end, knows it was
-	// asked to.
-	ctx  context.Context
-	stop func()
-}
-
-func (r *relay) Stop() { r.stop() }
-
-func (r *relay) ResultChan() <-chan watch.Event { return r.out }
-
-// run passes the events on, each after telling h the watch is live, and tells h the watch is
-// suspect if the stream ends while ctx is live.
-func (r *relay) run(h *Health) {
-	defer close(r.out)
+// relay passes w's events on to out, unbuffered, each after telling h the watch is live, until
+// stopped is closed (the relay's Stop was called) or ctx ends; it then stops w and closes out.
+// Only relay stops w, so a stream that ends while ctx is live ended unasked: the watch is
+// suspect.
+func (h *Health) relay(ctx context.Context, w watch.Interface, stopped <-chan struct{}, out chan<- watch.Event) {
+	defer close(out)
+	defer w.Stop()
 	for {
 		select {
-		case ev, ok := <-r.inner.ResultChan():
+		case ev, ok := <-w.ResultChan():
 			if !ok {
-				if r.ctx.Err() == nil {
+				if ctx.Err() == nil {
 					h.suspectWatch(false)
 				}
 				return
 			}
 			h.watchLive()
 			select {
-			case r.out <- ev:
-			case <-r.ctx.Done():
+			case out <- ev:
+			case <-stopped:
+				return
+			case <-ctx.Done():
 				return
 			}
-		case <-r.ctx.Done():
+		case <-stopped:
+			return
+		case <-ctx.Done():
 			return
 		}
 	}

@@ -76,10 +76,3 @@ func (l *Locks) release(key string, e *entry) {
 		delete(l.locks, key)
 	}
 }
-
-// Len reports how many keys currently have a holder or a waiter.
-func (l *Locks) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.locks)
-}

@@ -101,11 +101,8 @@ func (t *Tracked) Outside(f func()) bool {
 	t.l.leave()
 	t.inside = false
 	f()
-	if !t.l.enter() {
-		return false
-	}
-	t.inside = true
-	return true
+	t.inside = t.l.enter()
+	return t.inside
 }
 
 // Held reports whether the goroutine still holds its registration: false once an Outside call
@@ -130,11 +127,4 @@ func (l *Lifetime) Context() context.Context {
 // Cancel ends the context without waiting for the goroutines (End waits).
 func (l *Lifetime) Cancel() {
 	l.cancel()
-}
-
-// Running reports how many goroutines are registered and not outside.
-func (l *Lifetime) Running() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n
 }

@@ -20,13 +20,20 @@ import (
 	"testing"
 )
 
+// running returns how many goroutines are registered and not outside.
+func running(l *Lifetime) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
+}
+
 // TestEndWaitsForTrackedGoroutinesButNotOutside: End waits for a tracked goroutine, not for one
 // inside Outside, which learns on its return that the lifetime ended; Track after End is nil.
 func TestEndWaitsForTrackedGoroutinesButNotOutside(t *testing.T) {
 	l := New()
 	inside, outside := l.Track(), l.Track()
-	if inside == nil || outside == nil || l.Running() != 2 {
-		t.Fatalf("Track: %v %v, running %d", inside, outside, l.Running())
+	if inside == nil || outside == nil || running(l) != 2 {
+		t.Fatalf("Track: %v %v, running %d", inside, outside, running(l))
 	}
 	enteredF, releaseF, outsideReturned := make(chan struct{}), make(chan struct{}), make(chan bool)
 	go func() {
@@ -36,8 +43,8 @@ func TestEndWaitsForTrackedGoroutinesButNotOutside(t *testing.T) {
 		})
 	}()
 	<-enteredF
-	if l.Running() != 1 {
-		t.Fatalf("running %d while one goroutine is outside, want 1", l.Running())
+	if running(l) != 1 {
+		t.Fatalf("running %d while one goroutine is outside, want 1", running(l))
 	}
 	ended := make(chan struct{})
 	go func() {
@@ -57,8 +64,8 @@ func TestEndWaitsForTrackedGoroutinesButNotOutside(t *testing.T) {
 		t.Error("Outside reported true after the lifetime ended")
 	}
 	outside.Done() // no longer registered: does nothing
-	if l.Running() != 0 {
-		t.Errorf("running %d after End, want 0", l.Running())
+	if running(l) != 0 {
+		t.Errorf("running %d after End, want 0", running(l))
 	}
 	if l.Track() != nil {
 		t.Error("Track after End registered a goroutine")

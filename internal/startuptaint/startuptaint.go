@@ -104,10 +104,7 @@ type Remover struct {
 // driver, its one caller, always sets the clock).
 func New(cfg Config) (*Remover, error) {
 	key, err := Key(cfg.DriverName)
-	var errs []error
-	if err != nil {
-		errs = append(errs, err)
-	}
+	errs := []error{err} // errors.Join drops a nil
 	if cfg.NodeName == "" {
 		errs = append(errs, errors.New("the node name is empty"))
 	}
@@ -173,7 +170,10 @@ func (r *Remover) waitForRegistration(ctx context.Context) bool {
 			}
 			continue
 		}
-		registered, events := r.watchCSINode(ctx, w)
+		registered, _, events := watchUntil(ctx, w, nil, func(ev watch.Event) bool {
+			cn, ok := ev.Object.(*storagev1.CSINode)
+			return ev.Type != watch.Deleted && ok && cn.Name == r.cfg.NodeName && r.lists(cn)
+		})
 		if registered {
 			return true
 		}
@@ -189,26 +189,26 @@ func (r *Remover) waitForRegistration(ctx context.Context) bool {
 	return false
 }
 
-// watchCSINode reads w until an event shows the CSINode listing the driver (registered), the
-// watch ends or ctx does; events says whether it delivered any.
-func (r *Remover) watchCSINode(ctx context.Context, w watch.Interface) (registered, events bool) {
+// watchUntil reads w until found returns true for an event (done), expired delivers (ended; a
+// nil channel never does), the watch ends or ctx does; events says whether an object was added
+// or modified meanwhile.
+func watchUntil(ctx context.Context, w watch.Interface, expired <-chan time.Time, found func(watch.Event) bool) (done, ended, events bool) {
 	defer w.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return false, events
+			return false, false, events
+		case <-expired:
+			return false, true, events
 		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return false, events
+			if !ok || ev.Type == watch.Error {
+				return false, false, events
 			}
-			switch ev.Type {
-			case watch.Added, watch.Modified:
+			if ev.Type == watch.Added || ev.Type == watch.Modified {
 				events = true
-				if cn, ok := ev.Object.(*storagev1.CSINode); ok && cn.Name == r.cfg.NodeName && r.lists(cn) {
-					return true, events
-				}
-			case watch.Error:
-				return false, events
+			}
+			if found(ev) {
+				return true, false, events
 			}
 		}
 	}
@@ -280,7 +280,7 @@ func (r *Remover) clear(ctx context.Context, registered time.Time) int {
 			r.log.V(1).Info("The node has no startup taint; watching it for one until the window ends", "window_left", deadline.Sub(r.cfg.Clock.Now()))
 		}
 		if !r.cfg.Clock.Now().Before(deadline) {
-			continue
+			return removed
 		}
 		w, err := r.cfg.Nodes.Watch(ctx, r.byName(node.ResourceVersion))
 		if err != nil {
@@ -290,15 +290,29 @@ func (r *Remover) clear(ctx context.Context, registered time.Time) int {
 			}
 			continue
 		}
-		tainted, events, ended := r.watchNode(ctx, w, deadline)
-		if ctx.Err() != nil {
-			return removed
-		}
+		t := r.cfg.Clock.NewTimer(deadline.Sub(r.cfg.Clock.Now()))
+		var tainted *corev1.Node
+		_, ended, events := watchUntil(ctx, w, t.C(), func(ev watch.Event) bool {
+			n, ok := ev.Object.(*corev1.Node)
+			switch {
+			case !ok || n.Name != r.cfg.NodeName:
+				return false
+			case ev.Type == watch.Deleted:
+				r.log.Info("The node was deleted")
+				return true
+			case len(r.startupTaints(n)) > 0:
+				r.log.Info("The startup taint is on the node again; removing it", "taints", describe(r.startupTaints(n)))
+				tainted = n
+				return true
+			}
+			return false
+		})
+		t.Stop()
 		switch {
+		case ctx.Err() != nil || ended:
+			return removed
 		case tainted != nil:
 			node = tainted
-		case ended:
-			// The window has ended; the loop returns.
 		case events:
 			node, b = nil, r.cfg.Backoff
 		default:
@@ -311,68 +325,22 @@ func (r *Remover) clear(ctx context.Context, registered time.Time) int {
 	return removed
 }
 
-// watchNode reads w until an event shows the node with a startup taint (tainted), the deadline
-// passes (ended), the watch ends or ctx does; events says whether it delivered any.
-func (r *Remover) watchNode(ctx context.Context, w watch.Interface, deadline time.Time) (tainted *corev1.Node, events, ended bool) {
-	defer w.Stop()
-	t := r.cfg.Clock.NewTimer(deadline.Sub(r.cfg.Clock.Now()))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, events, false
-		case <-t.C():
-			return nil, events, true
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil, events, false
-			}
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				events = true
-				if n, ok := ev.Object.(*corev1.Node); ok && n.Name == r.cfg.NodeName && len(r.startupTaints(n)) > 0 {
-					r.log.Info("The startup taint is on the node again; removing it", "taints", describe(r.startupTaints(n)))
-					return n, events, false
-				}
-			case watch.Deleted:
-				if n, ok := ev.Object.(*corev1.Node); ok && n.Name == r.cfg.NodeName {
-					r.log.Info("The node was deleted")
-					return nil, events, false
-				}
-			case watch.Error:
-				return nil, events, false
-			}
-		}
-	}
-}
-
 // startupTaints returns the node's taints whose key is the startup taint's.
 func (r *Remover) startupTaints(n *corev1.Node) []corev1.Taint {
-	var out []corev1.Taint
-	for _, t := range n.Spec.Taints {
-		if t.Key == r.key {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// patchOp is one operation of a JSON patch (RFC 6902).
-type patchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value,omitempty"`
+	return slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool { return t.Key != r.key })
 }
 
 // patch removes the startup taints from the node with a JSON patch that first tests that the
 // taint list is still the one read: if another writer changed it the whole patch fails.
 func (r *Remover) patch(ctx context.Context, node *corev1.Node) (*corev1.Node, error) {
 	kept := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == r.key })
-	ops := []patchOp{{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints}}
+	// The operations of a JSON patch (RFC 6902); json.Marshal writes each one's keys in the
+	// order op, path, value.
+	ops := []map[string]any{{"op": "test", "path": "/spec/taints", "value": node.Spec.Taints}}
 	if len(kept) == 0 {
-		ops = append(ops, patchOp{Op: "remove", Path: "/spec/taints"})
+		ops = append(ops, map[string]any{"op": "remove", "path": "/spec/taints"})
 	} else {
-		ops = append(ops, patchOp{Op: "replace", Path: "/spec/taints", Value: kept})
+		ops = append(ops, map[string]any{"op": "replace", "path": "/spec/taints", "value": kept})
 	}
 	data, err := json.Marshal(ops)
 	if err != nil {
