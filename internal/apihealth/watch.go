@@ -59,7 +59,7 @@ func (h *Health) relay(ctx context.Context, w watch.Interface, stopped <-chan st
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && !isClosed(stopped) {
 					h.suspectWatch(false)
 				}
 				return
@@ -77,5 +77,16 @@ func (h *Health) relay(ctx context.Context, w watch.Interface, stopped <-chan st
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// isClosed reports whether ch is closed: a watch stopped as its stream ended was not ended
+// unasked.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
