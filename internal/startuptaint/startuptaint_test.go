@@ -20,7 +20,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,8 +37,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/clock"
 
 	"github.com/cert-manager/csi-lib/test/testkit"
 )
@@ -74,11 +78,113 @@ type env struct {
 	removed atomic.Int64
 	done    chan struct{}
 	cancel  context.CancelFunc
+	// progress holds a token once something a wait looks at may have changed: a call on the
+	// client answered, a watch opened or stopped, an event taken by the remover, a timer
+	// registered on the clock, a removal counted. A wait takes the token and looks again.
+	progress chan struct{}
+
+	mu        sync.Mutex
+	open      map[string]int // the remover's watches not yet stopped, by resource
+	delivered []watch.Event  // the events the remover has taken from its watches, in order
+	barriers  int            // the harmless CSINode changes made so far
 }
 
+// newEnv returns a fake clientset holding objs whose answers, watches and events are reported
+// on the env's progress channel, and a fake clock. Its reactors are the first prepended, so a
+// test's own reactors run before them.
 func newEnv(t *testing.T, objs ...runtime.Object) *env {
 	t.Helper()
-	return &env{t: t, client: fake.NewClientset(objs...), clk: testkit.NewRecordingClock(time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)), done: make(chan struct{})}
+	e := &env{t: t, client: fake.NewClientset(objs...), clk: testkit.NewRecordingClock(time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)),
+		done: make(chan struct{}), progress: make(chan struct{}, 1), open: map[string]int{}}
+	tracker := e.client.Tracker()
+	answer := k8stesting.ObjectReaction(tracker)
+	e.client.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		handled, obj, err := answer(a)
+		e.notify()
+		return handled, obj, err
+	})
+	e.client.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if wa, ok := a.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		w, err := tracker.Watch(a.GetResource(), a.GetNamespace(), opts)
+		if err != nil {
+			return true, nil, err
+		}
+		return true, e.relay(a.GetResource().Resource, w), nil
+	})
+	return e
+}
+
+// notify leaves a token on progress unless one is there already.
+func (e *env) notify() {
+	select {
+	case e.progress <- struct{}{}:
+	default:
+	}
+}
+
+// relayedWatch hands the events of a tracker's watch to the remover through an unbuffered
+// channel: once an event is handed over the remover has taken it, and as it reads its watch in
+// one loop, it has finished with every event before it.
+type relayedWatch struct {
+	e        *env
+	resource string
+	inner    watch.Interface
+	out      chan watch.Event
+	stop     chan struct{}
+	once     sync.Once
+}
+
+// relay returns inner relayed, counted open until the remover stops it.
+func (e *env) relay(resource string, inner watch.Interface) watch.Interface {
+	w := &relayedWatch{e: e, resource: resource, inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
+	e.mu.Lock()
+	e.open[resource]++
+	e.mu.Unlock()
+	go func() {
+		defer close(w.out)
+		for ev := range inner.ResultChan() {
+			select {
+			case w.out <- ev:
+				e.mu.Lock()
+				e.delivered = append(e.delivered, ev)
+				e.mu.Unlock()
+				e.notify()
+			case <-w.stop:
+				return
+			}
+		}
+	}()
+	e.notify()
+	return w
+}
+
+func (w *relayedWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *relayedWatch) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.inner.Stop()
+		w.e.mu.Lock()
+		w.e.open[w.resource]--
+		w.e.mu.Unlock()
+		w.e.notify()
+	})
+}
+
+// signalClock is the remover's clock: the env's fake clock, which reports each timer on the
+// env's progress channel once the timer is registered.
+type signalClock struct {
+	*testkit.RecordingClock
+	e *env
+}
+
+func (c signalClock) NewTimer(d time.Duration) clock.Timer {
+	t := c.RecordingClock.NewTimer(d)
+	c.e.notify()
+	return t
 }
 
 // start runs a Remover for node-1 until the test ends.
@@ -87,8 +193,11 @@ func (e *env) start() {
 	r, err := New(Config{
 		DriverName: driverName, NodeName: "node-1",
 		Nodes: e.client.CoreV1().Nodes(), CSINodes: e.client.StorageV1().CSINodes(),
-		Window: window, Backoff: backoff, Clock: e.clk, Log: testr.New(e.t),
-		Removed: func(n int) { e.removed.Add(int64(n)) },
+		Window: window, Backoff: backoff, Clock: signalClock{e.clk, e}, Log: testr.New(e.t),
+		Removed: func(n int) {
+			e.removed.Add(int64(n))
+			e.notify()
+		},
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -105,15 +214,18 @@ func (e *env) start() {
 	})
 }
 
-// eventually polls cond in real time for up to 10 s.
+// eventually waits until cond holds, looking again at each token on progress, and fails the
+// test if it does not hold within 10 s.
 func (e *env) eventually(what string, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	limit := time.NewTimer(10 * time.Second)
+	defer limit.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-e.progress:
+		case <-limit.C:
 			e.t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -127,6 +239,30 @@ func (e *env) counted(n int64) {
 	}
 }
 
+// caughtUpOnCSINode makes a harmless change to node-1's CSINode (an annotation) and waits until
+// the remover has taken its event from its watch: by then it has finished with every change to
+// the CSINode made before.
+func (e *env) caughtUpOnCSINode() {
+	e.t.Helper()
+	obj, err := e.client.Tracker().Get(csiNodesGVR, "", "node-1")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cn := obj.(*storagev1.CSINode)
+	e.barriers++
+	mark := strconv.Itoa(e.barriers)
+	metav1.SetMetaDataAnnotation(&cn.ObjectMeta, "example.org/barrier", mark)
+	e.updateCSINode(cn)
+	e.eventually("the remover to take the harmless change of the CSINode", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return slices.ContainsFunc(e.delivered, func(ev watch.Event) bool {
+			cn, ok := ev.Object.(*storagev1.CSINode)
+			return ok && cn.Annotations["example.org/barrier"] == mark
+		})
+	})
+}
+
 // count returns the number of actions of verb on resource so far.
 func (e *env) count(verb, resource string) int {
 	n := 0
@@ -138,8 +274,9 @@ func (e *env) count(verb, resource string) int {
 	return n
 }
 
-// waitWatches waits until the remover has opened n watches on resource: the fake registers a
-// watcher before it records the action as returned.
+// waitWatches waits until the remover has opened n watches on resource: the fake holds the lock
+// that Actions takes while its watch reactor registers the watcher, so a watch counted is one
+// that receives the changes made after.
 func (e *env) waitWatches(resource string, n int) {
 	e.t.Helper()
 	e.eventually(resource+" watch", func() bool { return e.count("watch", resource) >= n })
@@ -173,7 +310,8 @@ func (e *env) updateCSINode(cn *storagev1.CSINode) {
 	}
 }
 
-// finished waits for Run to return.
+// finished waits for Run to return, then checks that the remover left nothing that could act
+// after it: no watch it opened is still open, and no goroutine runs the Remover's code.
 func (e *env) finished() {
 	e.t.Helper()
 	select {
@@ -181,9 +319,30 @@ func (e *env) finished() {
 	case <-time.After(10 * time.Second):
 		e.t.Fatal("Run did not return")
 	}
+	e.mu.Lock()
+	for resource, n := range e.open {
+		if n != 0 {
+			e.t.Errorf("%d watches of %s still open after Run returned", n, resource)
+		}
+	}
+	e.mu.Unlock()
+	stacks := make([]byte, 1<<16)
+	for {
+		n := goruntime.Stack(stacks, true)
+		if n < len(stacks) {
+			stacks = stacks[:n]
+			break
+		}
+		stacks = make([]byte, 2*len(stacks))
+	}
+	for _, g := range strings.Split(string(stacks), "\n\n") {
+		if strings.Contains(g, "startuptaint.(*Remover)") {
+			e.t.Errorf("a goroutine runs the remover's code after Run returned:\n%s", g)
+		}
+	}
 }
 
-// stepWindowTimer waits for the window's timer, then moves the clock by d.
+// stepWhenWaiting waits until a timer is registered on the clock, then moves the clock by d.
 func (e *env) stepWhenWaiting(d time.Duration) {
 	e.t.Helper()
 	e.eventually("a timer", e.clk.HasWaiters)
@@ -226,7 +385,7 @@ func TestRemovesOnlyOnceCSINodeListsTheDriver(t *testing.T) {
 	e.waitWatches("csinodes", 1)
 	// Another driver registers: still not this one.
 	e.updateCSINode(csiNode("node-1", "other.csi.example.org", "third.example.org"))
-	time.Sleep(50 * time.Millisecond)
+	e.caughtUpOnCSINode()
 	if n := e.count("get", "nodes") + e.count("patch", "nodes") + e.count("watch", "nodes"); n != 0 {
 		t.Fatalf("%d calls on nodes before the CSINode lists the driver", n)
 	}
@@ -291,10 +450,11 @@ func TestLateTaintRemovedWithinTheWindowOnly(t *testing.T) {
 	e.counted(2)
 	e.waitWatches("nodes", 3)
 	e.stepWhenWaiting(time.Second)
+	// Run has returned and left no watch open nor any goroutine (finished checks both), so the
+	// remover can no longer act: what follows needs no wait.
 	e.finished()
 	calls := len(e.client.Actions())
 	e.setTaints("node-1", startup)
-	time.Sleep(50 * time.Millisecond)
 	if len(e.client.Actions()) != calls || !sameTaints(e.taints("node-1"), startup) {
 		t.Errorf("a taint added after the window was touched: %v", e.taints("node-1"))
 	}
