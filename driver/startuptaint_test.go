@@ -42,6 +42,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -108,14 +109,49 @@ func serve(t *testing.T, opts Options) (csi.IdentityClient, *Driver) {
 	return csi.NewIdentityClient(conn), d
 }
 
+// signaled returns a channel that holds a token once send has been called since the last
+// token was taken, and send.
+func signaled() (<-chan struct{}, func()) {
+	c := make(chan struct{}, 1)
+	return c, func() {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitFor waits until cond holds, looking again at each token on signal; false if it does not
+// hold within 10 s.
+func waitFor(signal <-chan struct{}, cond func() bool) bool {
+	limit := time.NewTimer(10 * time.Second)
+	defer limit.Stop()
+	for !cond() {
+		select {
+		case <-signal:
+		case <-limit.C:
+			return false
+		}
+	}
+	return true
+}
+
 // TestStartupTaintNeverBlocksServing: a node and a CSINode that cannot be read do not keep the
 // driver from serving, nor from stopping.
 func TestStartupTaintNeverBlocksServing(t *testing.T) {
 	client := fake.NewClientset()
+	// Each call signals from its reactor; the fake records a call and runs its reactors under
+	// the lock that Actions takes, so Actions read after a signal holds that call.
+	called, signal := signaled()
 	client.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		signal()
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: a.GetResource().Resource}, "node-1", errors.New("no RBAC"))
 	})
-	client.PrependWatchReactor("*", k8stesting.DefaultWatchReactor(nil, apierrors.NewForbidden(schema.GroupResource{}, "", errors.New("no RBAC"))))
+	refuseWatch := k8stesting.DefaultWatchReactor(nil, apierrors.NewForbidden(schema.GroupResource{}, "", errors.New("no RBAC")))
+	client.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		signal()
+		return refuseWatch(a)
+	})
 	ids, _ := serve(t, Options{DriverName: "csi.example.com", DriverVersion: "v1", NodeID: "node-1",
 		RemoveStartupTaint: &StartupTaintOptions{Nodes: client.CoreV1(), CSINodes: client.StorageV1(),
 			Backoff: &wait.Backoff{Duration: time.Millisecond, Factor: 2, Cap: 10 * time.Millisecond, Steps: 100}}})
@@ -125,10 +161,7 @@ func TestStartupTaintNeverBlocksServing(t *testing.T) {
 	if err != nil || info.GetName() != "csi.example.com" {
 		t.Fatalf("GetPluginInfo = %v, %v", info, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(client.Actions()) < 5 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(called, func() bool { return len(client.Actions()) >= 5 })
 	if n := len(client.Actions()); n < 5 {
 		t.Fatalf("%d reads of the CSINode, want retries", n)
 	}
@@ -146,6 +179,20 @@ func TestStartupTaintRemovedAndCounted(t *testing.T) {
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: key, Effect: corev1.TaintEffectNoSchedule}, other}}},
 		&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}},
 	)
+	// Each watch signals, then goes on to the fake's own reactor, which registers the watcher
+	// while the fake holds the lock that Actions takes.
+	watched, signal := signaled()
+	client.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) {
+		signal()
+		return false, nil, nil
+	})
+	watching := func(resource string) func() bool {
+		return func() bool {
+			return slices.ContainsFunc(client.Actions(), func(a k8stesting.Action) bool {
+				return a.GetVerb() == "watch" && a.GetResource().Resource == resource
+			})
+		}
+	}
 	registry := prometheus.NewRegistry()
 	met := metrics.New("node-1", nil, registry, nil, nil)
 	text := func(n int) string {
@@ -157,42 +204,27 @@ func TestStartupTaintRemovedAndCounted(t *testing.T) {
 	if err := testutil.GatherAndCompare(registry, strings.NewReader(text(0)), removalsFamily); err != nil {
 		t.Errorf("before any removal: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.ContainsFunc(client.Actions(), func(a k8stesting.Action) bool {
-		return a.GetVerb() == "watch" && a.GetResource().Resource == "csinodes"
-	}) {
-		if time.Now().After(deadline) {
-			t.Fatal("the CSINode is not watched")
-		}
-		time.Sleep(time.Millisecond)
+	if !waitFor(watched, watching("csinodes")) {
+		t.Fatal("the CSINode is not watched")
 	}
 	registered := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: "csi.example.com", NodeID: "node-1"}}}}
 	if _, err := client.StorageV1().CSINodes().Update(context.Background(), registered, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		n, err := client.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(n.Spec.Taints) == 1 && n.Spec.Taints[0].Key == other.Key {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("taints %v, want the startup taint removed alone", n.Spec.Taints)
-		}
-		time.Sleep(time.Millisecond)
+	// The remover watches the node once it has removed the taint: after the patch has answered
+	// and the removal is counted.
+	if !waitFor(watched, watching("nodes")) {
+		t.Fatal("the node is not watched after the CSINode lists the driver")
 	}
-	// The count follows the patch's answer, which comes after the node changed.
-	for {
-		err := testutil.GatherAndCompare(registry, strings.NewReader(text(1)), removalsFamily)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Millisecond)
+	n, err := client.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != other.Key {
+		t.Fatalf("taints %v, want the startup taint removed alone", n.Spec.Taints)
+	}
+	if err := testutil.GatherAndCompare(registry, strings.NewReader(text(1)), removalsFamily); err != nil {
+		t.Fatal(err)
 	}
 }
 
