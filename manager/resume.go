@@ -21,7 +21,7 @@ package manager
 // succeeded is registered, with a loop that starts from the metadata read here. A volume whose
 // metadata cannot be read is logged and skipped.
 func (m *Manager) resume() {
-	m.issuance.keys.LoadSwept(m.issuance.requests.Exists, m.opts.Clock, m.expireSweptKeys)
+	m.keys.LoadSwept(m.requests.Exists, m.opts.Clock, m.expireSweptKeys)
 	ids, err := m.opts.MetadataReader.ListVolumes()
 	if err != nil {
 		m.log.Error(err, "Cannot list stored volumes; none resumed")
@@ -53,5 +53,5 @@ func (m *Manager) expireSweptKeys() {
 		return
 	}
 	defer tr.Done()
-	m.issuance.keys.ExpireSwept()
+	m.keys.ExpireSwept()
 }

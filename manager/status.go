@@ -19,7 +19,6 @@ package manager
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -113,7 +112,7 @@ func (c *certificateTimers) stop() {
 }
 
 func newStatus(o Options, log logr.Logger, nodeHash string, notAfterOf func(string) time.Time, conditions *podcondition.Writer) *status {
-	return &status{
+	s := &status{
 		log:        log,
 		clock:      o.Clock,
 		recorder:   o.EventRecorder,
@@ -126,6 +125,8 @@ func newStatus(o Options, log logr.Logger, nodeHash string, notAfterOf func(stri
 		shown:      make(map[*managedVolume]*shownVolume),
 		counts:     make(map[string]int),
 	}
+	s.showCountsLocked() // every state, zeros included, from the start; s is not shared yet
+	return s
 }
 
 // add shows a volume just registered; hasCertificate says its metadata records a certificate.
@@ -205,17 +206,9 @@ func (s *status) showPodLocked(v *managedVolume, e *shownVolume) {
 	s.conditions.SetVolume(ref, v.id, validity, resumed)
 }
 
-// showAllCounts sets the state gauge, every state included.
-func (s *status) showAllCounts() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.showCountsLocked()
-}
-
+// showCountsLocked sets the state gauge, every state included.
 func (s *status) showCountsLocked() {
-	if s.metrics.VolumeStateGaugeEnabled() {
-		s.metrics.SetVolumeStates(s.nodeHash, maps.Clone(s.counts))
-	}
+	s.metrics.SetVolumeStates(s.nodeHash, s.counts)
 }
 
 // stop shows nothing more: every timer stops, and a volume removed from now on is not taken off
