@@ -49,18 +49,18 @@ type issueAttempt struct {
 	deadline *attemptDeadline
 }
 
-// callDriver runs a driver-supplied function. It returns errStopped if the manager stopped
-// while the function ran: the attempt must then return without doing anything more. A caller's
-// attempt runs it directly: Stop does not wait for the caller's goroutine.
-func (a *issueAttempt) callDriver(f func()) error {
+// callDriver runs f, which calls driver-supplied functions, and returns its error; errStopped
+// if the manager stopped while it ran: the attempt must then return without doing anything
+// more. A caller's attempt runs it directly: Stop does not wait for the caller's goroutine.
+func (a *issueAttempt) callDriver(f func() error) error {
 	if a.tr == nil {
-		f()
-		return nil
+		return f()
 	}
-	if !a.tr.Outside(f) {
+	var err error
+	if !a.tr.Outside(func() { err = f() }) {
 		return errStopped
 	}
-	return nil
+	return err
 }
 
 // issue makes the attempt:
@@ -149,13 +149,13 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 
 	// Step 4.
 	if !a.gateOpen {
-		var ready bool
-		var reason string
-		if err := a.callDriver(func() { ready, reason = m.opts.ReadyToRequest(meta) }); err != nil {
+		if err := a.callDriver(func() error {
+			if ready, reason := m.opts.ReadyToRequest(meta); !ready {
+				return &NotReadyToRequestError{Reason: reason}
+			}
+			return nil
+		}); err != nil {
 			return err
-		}
-		if !ready {
-			return &NotReadyToRequestError{Reason: reason}
 		}
 	}
 	release, err := a.admit(ctx)
@@ -169,28 +169,22 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	var bundle *CertificateRequestBundle
 	var csrPEM []byte
 	var client cmclient.Interface
-	var driverErr error
-	if err := a.callDriver(func() {
-		if key, driverErr = m.opts.GeneratePrivateKey(meta); driverErr != nil {
-			driverErr = fmt.Errorf("generating private key: %w", driverErr)
-			return
+	if err := a.callDriver(func() (err error) {
+		if key, err = m.opts.GeneratePrivateKey(meta); err != nil {
+			return fmt.Errorf("generating private key: %w", err)
 		}
-		if bundle, driverErr = m.opts.GenerateRequest(meta); driverErr != nil {
-			driverErr = fmt.Errorf("generating certificate request: %w", driverErr)
-			return
+		if bundle, err = m.opts.GenerateRequest(meta); err != nil {
+			return fmt.Errorf("generating certificate request: %w", err)
 		}
-		if csrPEM, driverErr = m.opts.SignRequest(meta, key, bundle.Request); driverErr != nil {
-			driverErr = fmt.Errorf("signing certificate request: %w", driverErr)
-			return
+		if csrPEM, err = m.opts.SignRequest(meta, key, bundle.Request); err != nil {
+			return fmt.Errorf("signing certificate request: %w", err)
 		}
-		if client, driverErr = m.opts.ClientForMetadata(meta); driverErr != nil {
-			driverErr = fmt.Errorf("building client for volume: %w", driverErr)
+		if client, err = m.opts.ClientForMetadata(meta); err != nil {
+			return fmt.Errorf("building client for volume: %w", err)
 		}
+		return nil
 	}); err != nil {
 		return err
-	}
-	if driverErr != nil {
-		return driverErr
 	}
 	// The driver's functions may outlast the attempt (unmanaged, stopped, deadline): then
 	// nothing is created.
@@ -283,12 +277,13 @@ func (a *issueAttempt) seenIfCached(reqKey string) {
 func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadata.Metadata, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
 	m := a.m
 	var client cmclient.Interface
-	var driverErr error
-	if err := a.callDriver(func() { client, driverErr = m.opts.ClientForMetadata(meta) }); err != nil {
+	if err := a.callDriver(func() (err error) {
+		if client, err = m.opts.ClientForMetadata(meta); err != nil {
+			return fmt.Errorf("building client for volume: %w", err)
+		}
+		return nil
+	}); err != nil {
 		return nil, err
-	}
-	if driverErr != nil {
-		return nil, fmt.Errorf("building client for volume: %w", driverErr)
 	}
 	reqKey := certrequests.Key(sent.Namespace, sent.Name)
 	got, err := m.requests.Settle(ctx, client, m.createAccount, sent, created)
@@ -341,14 +336,14 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 	if !v.writeStarts() {
 		return errStopped
 	}
-	var writeErr error
-	stopErr := a.callDriver(func() { writeErr = m.opts.WriteKeypair(meta, key, req.Status.Certificate, req.Status.CA) })
-	if stopErr != nil || writeErr != nil {
-		v.writeEnded(nil)
-		if stopErr != nil {
-			return stopErr
+	if err := a.callDriver(func() error {
+		if err := m.opts.WriteKeypair(meta, key, req.Status.Certificate, req.Status.CA); err != nil {
+			return fmt.Errorf("writing key pair: %w", err)
 		}
-		return fmt.Errorf("writing key pair: %w", writeErr)
+		return nil
+	}); err != nil {
+		v.writeEnded(nil)
+		return err
 	}
 	now := m.opts.Clock.Now()
 	v.writeEnded(&keypairWrite{at: now, handed: nit, window: window})

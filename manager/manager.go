@@ -138,7 +138,7 @@ func NewManager(opts Options) (*Manager, error) {
 		})
 		go conditions.Run()
 	}
-	m.status = newStatus(opts, log, nodeHash, m.requests.NewestNotAfter, conditions)
+	m.status = newStatus(opts, nodeHash, m.requests.NewestNotAfter, conditions)
 	m.queue = workqueue.New(opts.Clock, m.life, m.process)
 	accessChecked := make(chan struct{})
 	if opts.DisableAccessCheck {

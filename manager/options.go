@@ -295,10 +295,6 @@ func (o Options) complete() (Options, error) {
 	if o.MaxConcurrentIssuances == 0 {
 		o.MaxConcurrentIssuances = DefaultMaxConcurrentIssuances
 	}
-	if o.IssuanceRateLimit != nil {
-		rl := *o.IssuanceRateLimit
-		o.IssuanceRateLimit = &rl
-	}
 	o.RenewalBackoffConfig = copyBackoff(o.RenewalBackoffConfig, DefaultRenewalBackoff())
 	o.GateBackoffConfig = copyBackoff(o.GateBackoffConfig, DefaultGateBackoff())
 	return o, nil

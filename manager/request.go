@@ -18,6 +18,7 @@ package manager
 
 import (
 	"fmt"
+	"maps"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,9 +93,7 @@ func (b requestBuilder) build(meta metadata.Metadata, bundle *CertificateRequest
 // the copy alone.
 func (b requestBuilder) originAnnotations(meta metadata.Metadata, fromBundle map[string]string) (map[string]string, error) {
 	annotations := make(map[string]string, len(fromBundle)+4)
-	for k, v := range fromBundle {
-		annotations[k] = v
-	}
+	maps.Copy(annotations, fromBundle)
 	if !b.annotateOrigin {
 		return annotations, nil
 	}
