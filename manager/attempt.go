@@ -194,7 +194,7 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("creating CertificateRequest: %w", err)
 	}
-	req, err := m.builder.build(meta, bundle, csrPEM)
+	req, err := m.newRequest(meta, bundle, csrPEM)
 	if err != nil {
 		return err
 	}
@@ -318,7 +318,10 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 			m.keys.Drop(reqKey)
 		}
 		if errors.Is(err, certrequests.ErrDeleted) {
-			return deletedWhileWaiting(name)
+			// This process never deletes a request it waits for, and the garbage collector
+			// deletes one when its pod is gone: the error matches ErrPodTerminating. Were the pod
+			// alive after all, kubelet's retry of the publish issues anew.
+			return fmt.Errorf("request %q was deleted before it was issued (%w)", name, ErrPodTerminating)
 		}
 		return err
 	}

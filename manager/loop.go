@@ -78,11 +78,17 @@ func (m *Manager) process(tr *lifetime.Tracked, v *managedVolume, s loopState, e
 	case early:
 		v.logger().V(4).Info("Requeued: re-evaluating now")
 	case s.polling:
-		open, alive := m.gateOpens(tr, v)
-		if !alive {
+		// The gate is asked about the volume's current metadata; the loop ends if the volume was
+		// unmanaged or the manager stopped while the gate ran.
+		open := false
+		meta, err := m.opts.MetadataReader.ReadMetadata(v.id)
+		if err == nil && !tr.Outside(func() { open, _ = m.opts.ReadyToRequest(meta) }) {
 			return drop
 		}
-		if !open {
+		switch {
+		case v.ended():
+			return drop
+		case !open:
 			return m.waitFor(s, s.left, waitGatePending)
 		}
 		v.logger().V(4).Info("Readiness gate opened: re-evaluating now")
@@ -212,19 +218,6 @@ func (m *Manager) waitFor(s loopState, d time.Duration, kind waitKind) workqueue
 		d = poll
 	}
 	return workqueue.Next[loopState]{After: d, State: s}
-}
-
-// gateOpens asks the readiness gate about the volume's current metadata. alive is false if the
-// volume was unmanaged or the manager stopped while the gate ran.
-func (m *Manager) gateOpens(tr *lifetime.Tracked, v *managedVolume) (open, alive bool) {
-	meta, err := m.opts.MetadataReader.ReadMetadata(v.id)
-	if err != nil {
-		return false, !v.ended()
-	}
-	if !tr.Outside(func() { open, _ = m.opts.ReadyToRequest(meta) }) {
-		return false, false
-	}
-	return open, !v.ended()
 }
 
 // issue is the loop's attempt: it ends when the volume is unmanaged, the manager stops, or

@@ -56,7 +56,6 @@ type Manager struct {
 	// createAccount names the account of ClientForMetadata's clients in a refusal's text:
 	// apicall.DriverAccount by default, apicall.PodAccount when the driver set ClientForMetadata.
 	createAccount string
-	builder       requestBuilder
 
 	// registry is which volumes are managed; status is what is shown of each.
 	registry *registry
@@ -100,7 +99,6 @@ func NewManager(opts Options) (*Manager, error) {
 		log:           log,
 		life:          lifetime.New(),
 		createAccount: apicall.PodAccount,
-		builder:       requestBuilder{nodeName: opts.NodeID, nodeHash: nodeHash, annotateOrigin: !opts.DisableOriginAnnotations},
 		registry:      newRegistry(),
 		keys:          pendingkeys.New(log, opts.MetadataReader, storage.ErrNotFound),
 	}

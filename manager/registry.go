@@ -17,6 +17,8 @@ limitations under the License.
 package manager
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -118,13 +120,7 @@ func (r *registry) setPodLocked(v *managedVolume, pod *volumePod) {
 
 // unfileLocked takes the volume ID from under the pod's UID.
 func (r *registry) unfileLocked(id string, uid types.UID) {
-	ids := r.byPod[uid]
-	for i, other := range ids {
-		if other == id {
-			ids = append(ids[:i], ids[i+1:]...)
-			break
-		}
-	}
+	ids := slices.DeleteFunc(r.byPod[uid], func(other string) bool { return other == id })
 	if len(ids) == 0 {
 		delete(r.byPod, uid)
 	} else {
@@ -136,7 +132,7 @@ func (r *registry) unfileLocked(id string, uid types.UID) {
 func (r *registry) podVolumes(uid types.UID) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]string(nil), r.byPod[uid]...)
+	return slices.Clone(r.byPod[uid])
 }
 
 // podTerminates remembers the pod terminating from now (forgetting the pods learned more than
@@ -144,11 +140,7 @@ func (r *registry) podVolumes(uid types.UID) []string {
 func (r *registry) podTerminates(uid types.UID, now time.Time) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for other, since := range r.terminating {
-		if now.Sub(since) > terminatingMemory {
-			delete(r.terminating, other)
-		}
-	}
+	maps.DeleteFunc(r.terminating, func(_ types.UID, since time.Time) bool { return now.Sub(since) > terminatingMemory })
 	if _, ok := r.terminating[uid]; !ok {
 		r.terminating[uid] = now
 	}
@@ -170,9 +162,5 @@ func (r *registry) stop() []*managedVolume {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopped = true
-	vols := make([]*managedVolume, 0, len(r.byID))
-	for _, v := range r.byID {
-		vols = append(vols, v)
-	}
-	return vols
+	return slices.Collect(maps.Values(r.byID))
 }
