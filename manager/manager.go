@@ -179,7 +179,7 @@ func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister 
 // due. It reports true only if this call registered the volume; false if it was already managed
 // or the manager is stopped. It reads nothing and never blocks.
 func (m *Manager) ManageVolume(volumeID string) (managed bool) {
-	v := m.register(volumeID, nil, false)
+	v, _ := m.register(volumeID, nil, false)
 	if v == nil {
 		return false
 	}
@@ -196,12 +196,9 @@ func (m *Manager) ManageVolume(volumeID string) (managed bool) {
 //     a closed readiness gate gives an error matching ErrNotReadyToRequest;
 //   - otherwise the loop starts: (true, nil).
 func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (managed bool, err error) {
-	v := m.register(volumeID, nil, false)
+	v, err := m.register(volumeID, nil, false)
 	if v == nil {
-		if m.registry.isStopped() {
-			return false, errStopped
-		}
-		return false, nil
+		return false, err
 	}
 	meta, err := m.opts.MetadataReader.ReadMetadata(volumeID)
 	if err != nil {
@@ -234,10 +231,10 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 		m.log.Info("Volume not ready to request a certificate; the background loop will issue it", "volume_id", meta.VolumeID,
 			"pod", meta.VolumeContext[metadata.PodNameVolumeContextKey], "namespace", meta.VolumeContext[metadata.PodNamespaceVolumeContextKey], "reason", reason)
 	}
-	v := m.register(meta.VolumeID, &meta, false)
+	v, err := m.register(meta.VolumeID, &meta, false)
 	switch {
-	case v == nil && ready && m.registry.isStopped():
-		return errStopped
+	case v == nil && ready:
+		return err
 	case v == nil:
 		return nil
 	case !ready:
@@ -371,19 +368,20 @@ func (m *Manager) end(v *managedVolume, fence bool) {
 // register adds a volume to the managed set, shown in its state, without starting its loop,
 // and keeps its metric series (a retirement pending for the ID is cancelled); meta, if not nil,
 // is the volume's metadata (its pod, and whether it records a certificate), and resumed says it comes from stored state at
-// start-up. It returns nil if the volume is already managed or the manager is stopped.
-func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *managedVolume {
+// start-up. It returns nil if the volume is already managed, with errStopped if the manager is
+// stopped.
+func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) (*managedVolume, error) {
 	v := newVolume(m.log, id, m.opts.Clock.Now(), resumed)
 	var pod *volumePod
 	if meta != nil {
 		pod = podOf(*meta)
 	}
-	if !m.registry.add(v, pod) {
-		return nil
+	if added, err := m.registry.add(v, pod); !added {
+		return nil, err
 	}
 	m.status.add(v, meta != nil && hasCertificate(*meta))
 	m.series.keep(id)
-	return v
+	return v, nil
 }
 
 // startLoop starts the volume's renewal loop once: it puts the volume on the work queue, ready

@@ -58,16 +58,19 @@ func newRegistry() *registry {
 }
 
 // add registers v, with the pod its metadata names (nil: none known; see setPod); false if its
-// ID is registered already or the manager stopped.
-func (r *registry) add(v *managedVolume, pod *volumePod) bool {
+// ID is registered already, and errStopped if the manager stopped.
+func (r *registry) add(v *managedVolume, pod *volumePod) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped || r.byID[v.id] != nil {
-		return false
+	switch {
+	case r.stopped:
+		return false, errStopped
+	case r.byID[v.id] != nil:
+		return false, nil
 	}
 	r.byID[v.id] = v
 	r.setPodLocked(v, pod)
-	return true
+	return true, nil
 }
 
 // remove takes v out of the registry and closes it; false if v is not registered (another
@@ -148,12 +151,6 @@ func (r *registry) podTerminates(uid types.UID, now time.Time) int {
 		r.byID[id].podTerminates()
 	}
 	return len(r.byPod[uid])
-}
-
-func (r *registry) isStopped() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stopped
 }
 
 // stop refuses every registration from now on and returns the registered volumes, which stay

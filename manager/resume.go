@@ -38,7 +38,7 @@ func (m *Manager) resume() {
 			m.log.V(2).Info("Not resuming volume whose publish never succeeded", "volume_id", id)
 			continue
 		}
-		if v := m.register(id, &meta, true); v != nil {
+		if v, _ := m.register(id, &meta, true); v != nil {
 			m.startLoop(v, &meta)
 			resumed++
 		}

@@ -17,6 +17,7 @@ limitations under the License.
 package manager
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sync"
@@ -59,7 +60,7 @@ type status struct {
 	// conditions keeps the pods' PodCondition; nil without one.
 	conditions *podcondition.Writer
 	// margin is the PodCondition's ExpiryMargin, defaulted: how long before its NotAfter a
-	// certificate stops counting as valid.
+	// certificate stops counting as valid; zero without a PodCondition.
 	margin time.Duration
 
 	mu      sync.Mutex
@@ -118,9 +119,11 @@ func newStatus(o Options, nodeHash string, notAfterOf func(string) time.Time, co
 		watching:   o.EventRecorder != nil || o.Metrics.VolumeStateGaugeEnabled() || conditions != nil,
 		notAfterOf: notAfterOf,
 		conditions: conditions,
-		margin:     o.PodCondition.expiryMargin(),
 		shown:      make(map[*managedVolume]*shownVolume),
 		counts:     make(map[string]int),
+	}
+	if pc := o.PodCondition; pc != nil {
+		s.margin = cmp.Or(pc.ExpiryMargin, DefaultPodConditionExpiryMargin)
 	}
 	s.showCountsLocked() // every state, zeros included, from the start; s is not shared yet
 	return s
@@ -158,10 +161,8 @@ func (s *status) remove(v *managedVolume) {
 	delete(s.shown, v)
 	s.counts[e.status.state()]--
 	s.showCountsLocked()
-	if s.conditions != nil {
-		if ref := v.podRef(); ref != nil {
-			s.conditions.RemoveVolume(ref, v.id)
-		}
+	if ref := v.podRef(); s.conditions != nil && ref != nil {
+		s.conditions.RemoveVolume(ref, v.id)
 	}
 	e.certificate.stop()
 }
@@ -251,10 +252,7 @@ func (s *status) validityLocked(e *shownVolume) podcondition.Validity {
 
 // recordEvent records an Event on the volume's pod, if Events are recorded and the pod is known.
 func (s *status) recordEvent(v *managedVolume, eventType, reason, format string, args ...any) {
-	if s.recorder == nil {
-		return
-	}
-	if ref := v.podRef(); ref != nil {
+	if ref := v.podRef(); s.recorder != nil && ref != nil {
 		s.recorder.Eventf(ref, eventType, reason, format, args...)
 	}
 }
