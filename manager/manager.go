@@ -43,9 +43,7 @@ import (
 )
 
 // Manager obtains and renews certificates for the volumes it manages. Create it with NewManager;
-// all methods are safe for concurrent use. Its methods are the public API (manager.go), the
-// volumes' loops (loop.go), their attempts (attempt.go) and the restart (resume.go); what they
-// share is in the owners below, each with its own lock.
+// all methods are safe for concurrent use.
 type Manager struct {
 	// opts are the options as completed.
 	opts     Options
