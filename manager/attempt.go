@@ -188,7 +188,7 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	}
 	// The driver's functions may outlast the attempt (unmanaged, stopped, deadline): then
 	// nothing is created.
-	if v.ended() {
+	if v.is(flagClosed) {
 		return errStopped
 	}
 	if err := context.Cause(ctx); err != nil {

@@ -71,7 +71,7 @@ func requeueEnds(s loopState) bool {
 // turn), and the wait that follows it. tr is the worker's registration with Stop.
 func (m *Manager) process(tr *lifetime.Tracked, v *managedVolume, s loopState, early bool) workqueue.Next[loopState] {
 	switch {
-	case v.ended():
+	case v.is(flagClosed):
 		return drop
 	case early && s.wait == waitAfterOutage:
 		v.logger().V(2).Info("The apiserver is reachable again: attempting now")
@@ -86,7 +86,7 @@ func (m *Manager) process(tr *lifetime.Tracked, v *managedVolume, s loopState, e
 			return drop
 		}
 		switch {
-		case v.ended():
+		case v.is(flagClosed):
 			return drop
 		case !open:
 			return m.waitFor(s, s.left, waitGatePending)
@@ -231,7 +231,7 @@ func (m *Manager) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Me
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
 	deadline.finish()
-	if v.ended() && err != nil {
+	if v.is(flagClosed) && err != nil {
 		return errStopped
 	}
 	return err

@@ -281,7 +281,7 @@ func (s *status) attemptFailed(v *managedVolume, err error, forCaller bool, next
 	default:
 		log.Error(err, "Issuance attempt failed")
 		s.metrics.IncrementIssueErrorCountTotal(s.nodeHash, v.id)
-		if v.ended() {
+		if v.is(flagClosed) {
 			return
 		}
 	}

@@ -201,11 +201,6 @@ func (v *managedVolume) close() types.UID {
 	return v.pod.Load().UID()
 }
 
-// ended reports whether the registration has ended (close).
-func (v *managedVolume) ended() bool {
-	return v.is(flagClosed)
-}
-
 // writeStarts reports whether the attempt in flight may call WriteKeypair: false once the
 // volume is fenced. Until writeEnded, fence waits for the write.
 func (v *managedVolume) writeStarts() bool {
