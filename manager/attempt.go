@@ -34,8 +34,8 @@ import (
 // issueAttempt is one issuance attempt of one volume, from the loop or for a caller
 // (ManageVolumeImmediate, a publish).
 type issueAttempt struct {
-	iss *issuance
-	v   *managedVolume
+	m *Manager
+	v *managedVolume
 	// meta is the volume's metadata as read just before the attempt: by the loop's turn that
 	// found the volume due, or by a caller whose volume has no loop yet.
 	meta metadata.Metadata
@@ -49,18 +49,18 @@ type issueAttempt struct {
 	deadline *attemptDeadline
 }
 
-// callDriver runs a driver-supplied function. It returns errStopped if the manager stopped
-// while the function ran: the attempt must then return without doing anything more. A caller's
-// attempt runs it directly: Stop does not wait for the caller's goroutine.
-func (a *issueAttempt) callDriver(f func()) error {
+// callDriver runs f, which calls driver-supplied functions, and returns its error; errStopped
+// if the manager stopped while it ran: the attempt must then return without doing anything
+// more. A caller's attempt runs it directly: Stop does not wait for the caller's goroutine.
+func (a *issueAttempt) callDriver(f func() error) error {
 	if a.tr == nil {
-		f()
-		return nil
+		return f()
 	}
-	if !a.tr.Outside(f) {
+	var err error
+	if !a.tr.Outside(func() { err = f() }) {
 		return errStopped
 	}
-	return nil
+	return err
 }
 
 // issue makes the attempt:
@@ -82,28 +82,28 @@ func (a *issueAttempt) callDriver(f func()) error {
 // already gone shows the cache is stale; the requests are then read from the apiserver, and the
 // step goes on with those.
 func (a *issueAttempt) issue(ctx context.Context) error {
-	iss, v := a.iss, a.v
+	m, v := a.m, a.v
 	log := v.logger()
 	if v.is(flagTerminating) {
 		return ErrPodTerminating
 	}
-	iss.status.attemptStarted(v)
-	if err := iss.requests.WaitForSync(ctx); err != nil {
+	m.status.attemptStarted(v)
+	if err := m.requests.WaitForSync(ctx); err != nil {
 		return fmt.Errorf("CertificateRequest informer not synced: %w", err)
 	}
 
 	// Step 1. The hold on a request the cache has not shown (step 2) is read before the cache:
 	// the cache shows a request before its hold ends, so one of the two reads always has it.
-	held, holding := iss.keys.UnseenRequest(v.id)
-	reqs, err := iss.requests.ForVolume(v.id)
+	held, holding := m.keys.UnseenRequest(v.id)
+	reqs, err := m.requests.ForVolume(v.id)
 	if err != nil {
 		return err
 	}
-	if iss.requestsRead != nil {
-		iss.requestsRead(v.id)
+	if h := m.opts.testHooks.requestsRead; h != nil {
+		h(v.id)
 	}
 	fromAPIServer := false
-	for len(reqs) > iss.maxRequestsPerVolume {
+	for len(reqs) > m.opts.MaxRequestsPerVolume {
 		if reqs, fromAPIServer, err = a.deleteRequest(ctx, log, reqs[0], reqs[1:], fromAPIServer); err != nil {
 			return err
 		}
@@ -126,9 +126,9 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	for n := len(reqs); n > 0 && certrequests.Resumable(reqs[n-1]); n = len(reqs) {
 		newest := reqs[n-1]
 		reqKey := certrequests.Key(newest.Namespace, newest.Name)
-		key, ok := iss.keys.InMemoryKey(reqKey)
+		key, ok := m.keys.InMemoryKey(reqKey)
 		if !ok {
-			key, ok = iss.keys.Recover(log, v.id, newest)
+			key, ok = m.keys.Recover(log, v.id, newest)
 		}
 		if ok {
 			log.V(2).Info("Resuming CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
@@ -144,18 +144,18 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 		}
 	}
 	if !deletedNewest {
-		iss.keys.RemoveUnclaimed(log, v.id)
+		m.keys.RemoveUnclaimed(log, v.id)
 	}
 
 	// Step 4.
 	if !a.gateOpen {
-		var ready bool
-		var reason string
-		if err := a.callDriver(func() { ready, reason = iss.driver.readyToRequest(meta) }); err != nil {
+		if err := a.callDriver(func() error {
+			if ready, reason := m.opts.ReadyToRequest(meta); !ready {
+				return &NotReadyToRequestError{Reason: reason}
+			}
+			return nil
+		}); err != nil {
 			return err
-		}
-		if !ready {
-			return &NotReadyToRequestError{Reason: reason}
 		}
 	}
 	release, err := a.admit(ctx)
@@ -169,46 +169,40 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	var bundle *CertificateRequestBundle
 	var csrPEM []byte
 	var client cmclient.Interface
-	var driverErr error
-	if err := a.callDriver(func() {
-		if key, driverErr = iss.driver.generatePrivateKey(meta); driverErr != nil {
-			driverErr = fmt.Errorf("generating private key: %w", driverErr)
-			return
+	if err := a.callDriver(func() (err error) {
+		if key, err = m.opts.GeneratePrivateKey(meta); err != nil {
+			return fmt.Errorf("generating private key: %w", err)
 		}
-		if bundle, driverErr = iss.driver.generateRequest(meta); driverErr != nil {
-			driverErr = fmt.Errorf("generating certificate request: %w", driverErr)
-			return
+		if bundle, err = m.opts.GenerateRequest(meta); err != nil {
+			return fmt.Errorf("generating certificate request: %w", err)
 		}
-		if csrPEM, driverErr = iss.driver.signRequest(meta, key, bundle.Request); driverErr != nil {
-			driverErr = fmt.Errorf("signing certificate request: %w", driverErr)
-			return
+		if csrPEM, err = m.opts.SignRequest(meta, key, bundle.Request); err != nil {
+			return fmt.Errorf("signing certificate request: %w", err)
 		}
-		if client, driverErr = iss.driver.clientForMetadata(meta); driverErr != nil {
-			driverErr = fmt.Errorf("building client for volume: %w", driverErr)
+		if client, err = m.opts.ClientForMetadata(meta); err != nil {
+			return fmt.Errorf("building client for volume: %w", err)
 		}
+		return nil
 	}); err != nil {
 		return err
 	}
-	if driverErr != nil {
-		return driverErr
-	}
 	// The driver's functions may outlast the attempt (unmanaged, stopped, deadline): then
 	// nothing is created.
-	if v.ended() {
+	if v.is(flagClosed) {
 		return errStopped
 	}
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("creating CertificateRequest: %w", err)
 	}
-	req, err := iss.builder.build(meta, bundle, csrPEM)
+	req, err := m.newRequest(meta, bundle, csrPEM)
 	if err != nil {
 		return err
 	}
 	// Hold the key before the request exists, so an informer event never finds a request of
 	// ours without it.
 	reqKey := certrequests.Key(req.Namespace, req.Name)
-	iss.keys.Remember(log, v.id, reqKey, key)
-	created, err := iss.requests.Create(ctx, client, iss.driver.createAccount, req)
+	m.keys.Remember(log, v.id, reqKey, key)
+	created, err := m.requests.Create(ctx, client, m.createAccount, req)
 	if err != nil {
 		if certrequests.CreateOutcomeUnknown(err) {
 			// The request may exist: its key and the request as sent stay held, and it is settled
@@ -225,7 +219,7 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 			}
 			return a.waitAndWrite(ctx, meta, settled, key)
 		}
-		iss.keys.Drop(reqKey)
+		m.keys.Drop(reqKey)
 		return err
 	}
 	log.Info("Created CertificateRequest", "request", created.Name, "namespace", created.Namespace)
@@ -242,12 +236,12 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 // stale, the requests the apiserver holds (fromAPIServer is then true; a request already gone in
 // the apiserver's own answer was deleted meanwhile, and rest stands).
 func (a *issueAttempt) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi.CertificateRequest, rest []*cmapi.CertificateRequest, fromAPIServer bool) ([]*cmapi.CertificateRequest, bool, error) {
-	iss := a.iss
-	err := iss.requests.Delete(ctx, req)
+	m := a.m
+	err := m.requests.Delete(ctx, req)
 	if err != nil && !errors.Is(err, certrequests.ErrStaleCache) {
 		return nil, fromAPIServer, err
 	}
-	iss.keys.Drop(certrequests.Key(req.Namespace, req.Name))
+	m.keys.Drop(certrequests.Key(req.Namespace, req.Name))
 	if err == nil {
 		log.V(2).Info("Deleted stale CertificateRequest", "request", req.Name, "namespace", req.Namespace)
 		return rest, fromAPIServer, nil
@@ -256,22 +250,22 @@ func (a *issueAttempt) deleteRequest(ctx context.Context, log logr.Logger, req *
 		return rest, true, nil
 	}
 	log.Info("The CertificateRequest informer's cache is stale; reading the volume's requests from the apiserver", "request", req.Name, "namespace", req.Namespace)
-	reqs, err := iss.requests.ForVolumeFromAPIServer(ctx, a.v.id)
+	reqs, err := m.requests.ForVolumeFromAPIServer(ctx, a.v.id)
 	return reqs, true, err
 }
 
 // holdUntilSeen holds the request as sent with its key (pendingkeys.Keys.HoldUnseen) until the
 // informer's cache shows it (seenIfCached covers an event that came before this call).
 func (a *issueAttempt) holdUntilSeen(reqKey string, sent *cmapi.CertificateRequest, created bool) {
-	a.iss.keys.HoldUnseen(reqKey, sent, created)
+	a.m.keys.HoldUnseen(reqKey, sent, created)
 	a.seenIfCached(reqKey)
 }
 
 // seenIfCached tells the pending keys that the request is seen if the informer's cache shows
 // it.
 func (a *issueAttempt) seenIfCached(reqKey string) {
-	if a.iss.requests.Exists(reqKey) {
-		a.iss.keys.Seen(reqKey)
+	if a.m.requests.Exists(reqKey) {
+		a.m.keys.Seen(reqKey)
 	}
 }
 
@@ -281,17 +275,18 @@ func (a *issueAttempt) seenIfCached(reqKey string) {
 // new request); an error if its outcome is still unknown (it stays held for the next attempt) or
 // it can never be settled (its key is forgotten).
 func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadata.Metadata, sent *cmapi.CertificateRequest, created bool) (*cmapi.CertificateRequest, error) {
-	iss := a.iss
+	m := a.m
 	var client cmclient.Interface
-	var driverErr error
-	if err := a.callDriver(func() { client, driverErr = iss.driver.clientForMetadata(meta) }); err != nil {
+	if err := a.callDriver(func() (err error) {
+		if client, err = m.opts.ClientForMetadata(meta); err != nil {
+			return fmt.Errorf("building client for volume: %w", err)
+		}
+		return nil
+	}); err != nil {
 		return nil, err
 	}
-	if driverErr != nil {
-		return nil, fmt.Errorf("building client for volume: %w", driverErr)
-	}
 	reqKey := certrequests.Key(sent.Namespace, sent.Name)
-	got, err := iss.requests.Settle(ctx, client, iss.driver.createAccount, sent, created)
+	got, err := m.requests.Settle(ctx, client, m.createAccount, sent, created)
 	switch {
 	case err == nil:
 		a.seenIfCached(reqKey)
@@ -299,12 +294,12 @@ func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadat
 		return got, nil
 	case errors.Is(err, certrequests.ErrRequestGone):
 		log.Info("A CertificateRequest whose create's outcome was unknown was created and has been deleted since", "request", sent.Name, "namespace", sent.Namespace)
-		iss.keys.Drop(reqKey)
+		m.keys.Drop(reqKey)
 		return nil, nil
 	case errors.Is(err, certrequests.ErrStillUnknown):
 		return nil, err
 	default:
-		iss.keys.Drop(reqKey)
+		m.keys.Drop(reqKey)
 		return nil, err
 	}
 }
@@ -313,26 +308,29 @@ func (a *issueAttempt) settle(ctx context.Context, log logr.Logger, meta metadat
 // finish, then hands the key pair to WriteKeypair (unless the volume was unmanaged meanwhile),
 // forgets the key and shows the new certificate.
 func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata, read *cmapi.CertificateRequest, key any) error {
-	iss, v := a.iss, a.v
+	m, v := a.m, a.v
 	namespace, name := read.Namespace, read.Name
 	reqKey := certrequests.Key(namespace, name)
-	req, finished, err := iss.requests.Wait(ctx, read)
+	req, finished, err := m.requests.Wait(ctx, read)
 	if err != nil {
 		if finished {
 			// Denied, failed or deleted: the key is of no further use.
-			iss.keys.Drop(reqKey)
+			m.keys.Drop(reqKey)
 		}
 		if errors.Is(err, certrequests.ErrDeleted) {
-			return deletedWhileWaiting(name)
+			// This process never deletes a request it waits for, and the garbage collector
+			// deletes one when its pod is gone: the error matches ErrPodTerminating. Were the pod
+			// alive after all, kubelet's retry of the publish issues anew.
+			return fmt.Errorf("request %q was deleted before it was issued (%w)", name, ErrPodTerminating)
 		}
 		return err
 	}
 	leaf, err := certs.ParseLeaf(req.Status.Certificate)
 	if err != nil {
-		iss.keys.Drop(reqKey)
+		m.keys.Drop(reqKey)
 		return fmt.Errorf("CertificateRequest %s/%s: %w", namespace, name, err)
 	}
-	nit, window := renewalSchedule(leaf, v.id, iss.jitter)
+	nit, window := renewalSchedule(leaf, v.id, m.opts.RenewalJitter)
 	// A driver that persists no NextIssuanceTime keeps none in its metadata: its renewals are
 	// not first certificates either.
 	firstCertificate := !hasCertificate(meta) && v.lastWritten() == nil
@@ -341,31 +339,31 @@ func (a *issueAttempt) waitAndWrite(ctx context.Context, meta metadata.Metadata,
 	if !v.writeStarts() {
 		return errStopped
 	}
-	var writeErr error
-	stopErr := a.callDriver(func() { writeErr = iss.driver.writeKeypair(meta, key, req.Status.Certificate, req.Status.CA) })
-	if stopErr != nil || writeErr != nil {
-		v.writeEnded(nil)
-		if stopErr != nil {
-			return stopErr
+	if err := a.callDriver(func() error {
+		if err := m.opts.WriteKeypair(meta, key, req.Status.Certificate, req.Status.CA); err != nil {
+			return fmt.Errorf("writing key pair: %w", err)
 		}
-		return fmt.Errorf("writing key pair: %w", writeErr)
+		return nil
+	}); err != nil {
+		v.writeEnded(nil)
+		return err
 	}
-	now := iss.clock.Now()
+	now := m.opts.Clock.Now()
 	v.writeEnded(&keypairWrite{at: now, handed: nit, window: window})
-	iss.keys.Drop(reqKey)
+	m.keys.Drop(reqKey)
 	if !nit.After(now) {
 		v.logger().Info("Warning: the new certificate is already due for renewal; waiting before renewing it (signer or clock skew?)",
 			"request", name, "next_issuance_time", nit, "wait", minWaitAfterSuccess)
 	}
-	iss.status.written(v, namespace, name, leaf.NotAfter, firstCertificate)
+	m.status.written(v, namespace, name, leaf.NotAfter, firstCertificate)
 	return nil
 }
 
 // admit waits for the attempt's admission (see package admission), pausing a background attempt's
 // deadline meanwhile. The returned release frees the slot; call it when the attempt is over.
 func (a *issueAttempt) admit(ctx context.Context) (release func(), err error) {
-	iss := a.iss
-	if release, ok := iss.admission.TryAcquire(); ok {
+	m := a.m
+	if release, ok := m.admission.TryAcquire(); ok {
 		return release, nil
 	}
 	if a.deadline != nil {
@@ -375,7 +373,7 @@ func (a *issueAttempt) admit(ctx context.Context) (release func(), err error) {
 		defer a.deadline.restart()
 	}
 	a.v.logger().V(2).Info("Waiting for issuance admission (node-wide limit on concurrent issuances or CertificateRequest creations)")
-	release, err = iss.admission.Wait(ctx)
+	release, err = m.admission.Wait(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for issuance admission: %w", err)
 	}
@@ -383,20 +381,27 @@ func (a *issueAttempt) admit(ctx context.Context) (release func(), err error) {
 	return release, nil
 }
 
-// issueForCaller is ManageVolumeImmediate's and a publish's attempt: on the caller's goroutine,
-// under the caller's ctx, which the volume's end ends too. It runs before the volume's loop starts, so it never
-// overlaps another attempt of the volume.
-// meta is the volume's metadata as the caller just read it; gateOpen says the caller asked the
-// gate already. Every error it returns counts as an issuance error, the gate's refusal and the
+// issueFirst is ManageVolumeImmediate's and a publish's attempt, for a just-registered volume
+// whose metadata the caller just read (gateOpen: the caller asked the gate already): if the
+// metadata records no certificate, one attempt on the caller's goroutine, under the caller's
+// ctx, which the volume's end ends too; then the loop starts, unless the attempt failed. The
+// attempt runs before the volume's loop starts, so it never overlaps another attempt of the
+// volume. Every error it returns counts as an issuance error, the gate's refusal and the
 // caller's deadline included.
-func (iss *issuance) issueForCaller(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
+func (m *Manager) issueFirst(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
+	if hasCertificate(meta) {
+		m.startLoop(v, &meta)
+		return nil
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	err := (&issueAttempt{iss: iss, v: v, meta: meta, gateOpen: gateOpen}).run(ctx, cancel)
+	err := (&issueAttempt{m: m, v: v, meta: meta, gateOpen: gateOpen}).run(ctx, cancel)
 	cancel(nil)
 	if err != nil {
-		iss.status.attemptFailed(v, err, true, 0)
+		m.status.attemptFailed(v, err, true, 0)
+		return err
 	}
-	return err
+	m.startLoop(v, nil)
+	return nil
 }
 
 // run makes the attempt under ctx, which end ends with a cause (unmanaged, the pod terminating,

@@ -460,6 +460,29 @@ func TestGatePollEndsALongGateWait(t *testing.T) {
 	}
 }
 
+// TestGatePollEndsWithTheSuccess: once a gate that a poll found open has led to a certificate,
+// the loop waits until the certificate is due without asking the gate again.
+func TestGatePollEndsWithTheSuccess(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.GatePollInterval = time.Second
+		o.GateBackoffConfig = noJitter(8*time.Second, 10*time.Second)
+	})
+	e.gateOpen.Store(false)
+	e.register("v1", true)
+	e.start()
+	e.expectAttemptThenWait(time.Second) // the first attempt asks the gate: closed
+	e.gateOpen.Store(true)
+	e.stepWait(time.Second) // the poll asks the gate: open
+	if d := e.nextTimer(); d != issueTimeout {
+		t.Fatalf("the gate opened but no attempt followed (got a %v timer)", d)
+	}
+	e.issuePending() // the attempt asks the gate once more, and issues
+	e.expectWait(40 * time.Minute)
+	if n := e.gateCalls.Load(); n != 3 {
+		t.Fatalf("the gate was asked %d times, want 3 (the first attempt, the poll, the second attempt)", n)
+	}
+}
+
 // TestEmptyNamespaceRequestIsSeenIssued: waiters and informer events use the same key for a
 // request in namespace "" (fake clientsets accept one).
 func TestEmptyNamespaceRequestIsSeenIssued(t *testing.T) {

@@ -18,7 +18,6 @@ package manager
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -29,33 +28,29 @@ import (
 // issueTimeout bounds one background issuance attempt, on the injected clock.
 const issueTimeout = 60 * time.Second
 
-// attemptContext makes a background attempt's context: it ends after issueTimeout on the injected
-// clock, or when end is called with a cause (by the volume, as it ends or its pod terminates). The returned cancel
-// stops the timer synchronously, so a fake clock shows no stray waiter once the attempt is over.
-func attemptContext(clk clock.Clock) (ctx context.Context, d *attemptDeadline, end context.CancelCauseFunc, cancel func()) {
-	ctx, end = context.WithCancelCause(context.Background())
-	// d is not shared yet: its first timer needs no lock.
-	d = &attemptDeadline{clock: clk, cancel: end}
-	d.stop = clockutil.AfterFunc(clk, issueTimeout, func() { end(errAttemptTimeout) })
-	return ctx, d, end, func() {
-		d.pause()
-		end(nil)
-	}
+// attemptDeadline is a background attempt's issueTimeout timer on the injected clock, which
+// ends the attempt's context with errAttemptTimeout. It is paused while the attempt waits for
+// admission, and restarted in full once the attempt is admitted. Only the attempt's goroutine
+// uses it, so it has no lock.
+type attemptDeadline struct {
+	clock clock.Clock
+	// end ends the attempt's context with a cause: the deadline's, or the volume's as it ends
+	// or its pod terminates.
+	end  context.CancelCauseFunc
+	stop func() bool // nil while paused
 }
 
-// attemptDeadline is a background attempt's issueTimeout timer. It is paused while the attempt
-// waits for admission, and restarted in full once the attempt is admitted.
-type attemptDeadline struct {
-	clock  clock.Clock
-	cancel context.CancelCauseFunc
-	mu     sync.Mutex
-	stop   func() bool
+// attemptContext makes a background attempt's context, which its deadline ends after
+// issueTimeout unless the deadline is paused.
+func attemptContext(clk clock.Clock) (context.Context, *attemptDeadline) {
+	ctx, end := context.WithCancelCause(context.Background())
+	d := &attemptDeadline{clock: clk, end: end}
+	d.restart()
+	return ctx, d
 }
 
 // pause stops the timer; it reports false if the deadline has already passed.
 func (d *attemptDeadline) pause() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.stop == nil {
 		return true
 	}
@@ -64,12 +59,14 @@ func (d *attemptDeadline) pause() bool {
 	return ok
 }
 
-// restart arms the timer for a full issueTimeout from now.
+// restart arms the timer for a full issueTimeout from now; the deadline must be paused.
 func (d *attemptDeadline) restart() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stop != nil {
-		d.stop()
-	}
-	d.stop = clockutil.AfterFunc(d.clock, issueTimeout, func() { d.cancel(errAttemptTimeout) })
+	d.stop = clockutil.AfterFunc(d.clock, issueTimeout, func() { d.end(errAttemptTimeout) })
+}
+
+// finish stops the timer synchronously, so a fake clock shows no stray waiter once the attempt
+// is over, and ends the context.
+func (d *attemptDeadline) finish() {
+	d.pause()
+	d.end(nil)
 }

@@ -20,12 +20,13 @@ limitations under the License.
 //
 // # Who owns what, from the top down
 //
-// Each piece of state has one owner, with its own lock, and each file uses only files listed
-// after it. The Manager wires the owners together, serves the public API and ends registrations
-// (Manager.end, the one way out of every registration). The owners below call back into it only
-// through functions it hands them: the loops end a volume whose metadata is gone, series deletes
-// a volume's series, apihealth ends an outage's waits, podcondition reports a pod gone, and
-// pendingkeys lets a swept key's grace period end.
+// Each piece of state has one owner, with its own lock. The Manager wires the owners together,
+// serves the public API, runs the volumes' loops and their attempts, and ends registrations
+// (Manager.end, the one way out of every registration); its methods are in resume.go,
+// manager.go, loop.go, attempt.go and request.go. Every other file uses only files listed after
+// it, and the owners call back into the Manager only through functions it hands them: the work queue runs a loop's turn, series
+// deletes a volume's series, apihealth ends an outage's waits, podcondition reports a pod gone,
+// and pendingkeys lets a swept key's grace period end.
 //
 //	resume.go       a restart: the stored volumes and the kept keys the previous process left
 //	manager.go      the public API; wires the owners; the end of a registration; Stop
@@ -33,15 +34,14 @@ limitations under the License.
 //	                attempt → wait by the outcome's class; deadline.go bounds a background attempt
 //	attempt.go      one attempt's steps, top to bottom, handing each to the owners below; a
 //	                caller's attempt, which runs before the volume's loop starts
-//	issuance.go     what an attempt uses, shared by the loops and the publishes
+//	request.go      a volume's CertificateRequest, built from the driver's bundle with its origin
+//	                annotations
 //	status.go       what is shown of each volume, and the one place attempts report to: the
 //	                metrics, its state (see the diagram below) and the count of volumes in each
 //	                state, the Events on the pod (their reasons in events.go), its share of its
 //	                pod's condition, and the timers that notice its certificate overdue, expired
 //	                or no longer valid
 //	registry.go     which volumes are managed, by ID and by pod, and the pods terminating
-//	request.go      a volume's CertificateRequest, built from the driver's bundle with its origin
-//	                annotations
 //	permissions.go  ErrPermissionDenied, and the rules the options need, which the start-up
 //	                access check asks for
 //	volume.go       one registration, without a lock: its pod, its flags, its last write, the
@@ -238,7 +238,6 @@ limitations under the License.
 //	status        status.mu: what is shown of each volume, the counts by state, the timers
 //	podcondition  podcondition.Writer.mu: each pod's volumes, their validity, what it carries
 //	series        seriesRetention.mu: the pending deletions of departed volumes' series
-//	deadline      attemptDeadline.mu: the timer of one background attempt
 //	queue         workqueue.Queue.mu: every key's place, state and timer; the worker counts
 //	admission     admission.Limits.mu: the slots in use, the waiters, the token timer
 //	apihealth     apihealth.Health.mu: whether the informer's watch is suspect, whether a probe
@@ -255,7 +254,7 @@ limitations under the License.
 //	                        context's cancel)
 //	status -> podcondition  the status sets the volume's share of its pod's condition
 //	podcondition -> its own queue (client-go's): SetVolume queues the pod
-//	status, series, deadline, queue, admission, pendingkeys -> clock: they arm and stop timers
+//	status, series, queue, admission, pendingkeys -> clock: they arm and stop timers
 //	queue -> lifetime       a worker is tracked as it starts
 //	queue -> loop           Wake, WakeAll and a finished turn ask the loop whether a wake ends
 //	                        the wait (requeueEnds, the outage's match): pure functions of the

@@ -64,14 +64,15 @@ func untilDue(meta metadata.Metadata, last *keypairWrite, now time.Time) time.Du
 
 // renewalPoint is when the volume's certificate is due for renewal; false if it has none:
 //   - a NextIssuanceTime that is set and not zero is the driver's renewal point, whether it is
-//     earlier or later than the library's default (with RenewalJitter, the certificate's draw
-//     in the window before it);
+//     earlier or later than the library's default; with RenewalJitter, after a success in this
+//     registration, one other than the default handed to WriteKeypair (which is in the window
+//     already) moves to the certificate's draw in the window before it;
 //   - nil or zero after a success means the driver persisted none: the default handed to its
 //     WriteKeypair applies;
 //   - nil or zero with no success in this registration means no certificate.
 func renewalPoint(meta metadata.Metadata, last *keypairWrite) (time.Time, bool) {
-	if hasCertificate(meta) && last != nil {
-		return last.renewalAt(*meta.NextIssuanceTime), true
+	if hasCertificate(meta) && last != nil && !meta.NextIssuanceTime.Equal(last.handed) {
+		return last.window.before(*meta.NextIssuanceTime), true
 	}
 	return heldTo(meta, last)
 }
@@ -89,16 +90,6 @@ func heldTo(meta metadata.Metadata, last *keypairWrite) (time.Time, bool) {
 	default:
 		return time.Time{}, false
 	}
-}
-
-// renewalAt is when the volume is due given the renewal point p that the driver persisted: p
-// itself if it is what WriteKeypair was handed (already in the window), else the certificate's
-// draw in the window before p.
-func (w *keypairWrite) renewalAt(p time.Time) time.Time {
-	if p.Equal(w.handed) {
-		return p
-	}
-	return w.window.before(p)
 }
 
 // renewalWindow is a certificate's jitter window (Options.RenewalJitter): a renewal point p

@@ -29,32 +29,11 @@ import (
 	"github.com/cert-manager/csi-lib/storage"
 )
 
-// renewer runs the renewal loops of the managed volumes (see the package documentation), on the
-// manager's work queue: a volume is a key of the queue, and each time it is ready a worker takes
+// The renewal loops of the managed volumes (see the package documentation) run on the
+// Manager's work queue: a volume is a key of the queue, and each time it is ready a worker takes
 // one turn of its loop. A turn waits until the volume is due, makes an attempt, and waits again
 // by the outcome's class, on the volume's own backoffs. Between turns the queue keeps the loop's
 // state (loopState) and the wait's timer; no goroutine waits for a volume.
-type renewer struct {
-	iss      *issuance
-	registry *registry
-	status   *status
-	// end ends a registration (Manager.end), for a volume whose metadata is gone.
-	end      func(v *managedVolume, fence bool) bool
-	schedule loopSchedule
-	// queue is the work queue the loops turn on; it keeps the pending Requeue (requeueEnds).
-	queue *workqueue.Queue[*managedVolume, loopState]
-}
-
-// loopSchedule is how the loops wait after an attempt: Options.RenewalBackoffConfig,
-// GateBackoffConfig and GatePollInterval, as completed.
-type loopSchedule struct {
-	renewal, gate wait.Backoff
-	gatePoll      time.Duration
-}
-
-func loopScheduleOf(o Options) loopSchedule {
-	return loopSchedule{renewal: *o.RenewalBackoffConfig, gate: *o.GateBackoffConfig, gatePoll: o.GatePollInterval}
-}
 
 // loopState is what the work queue keeps of a volume's loop between two turns.
 type loopState struct {
@@ -77,12 +56,6 @@ type loopState struct {
 	first bool
 }
 
-// firstState is the state of a loop that starts; known, if not nil, is the volume's metadata,
-// just read.
-func (r *renewer) firstState(known *metadata.Metadata) loopState {
-	return loopState{renewal: r.schedule.renewal, gate: r.schedule.gate, wait: noWait, known: known, first: true}
-}
-
 // requeueEnds reports whether a Requeue ends a wait in state s: one until due, or for the gate.
 // The work queue keeps the Requeue (Wake), and this is its rule. A Requeue ends such a wait at
 // once. One that comes while a turn runs, before its attempt starts, is answered by that attempt
@@ -96,25 +69,31 @@ func requeueEnds(s loopState) bool {
 
 // process is the work queue's processing of a volume: what ended its wait, then a turn (see
 // turn), and the wait that follows it. tr is the worker's registration with Stop.
-func (r *renewer) process(tr *lifetime.Tracked, v *managedVolume, s loopState, early bool) workqueue.Next[loopState] {
+func (m *Manager) process(tr *lifetime.Tracked, v *managedVolume, s loopState, early bool) workqueue.Next[loopState] {
 	switch {
-	case v.ended():
+	case v.is(flagClosed):
 		return drop
 	case early && s.wait == waitAfterOutage:
 		v.logger().V(2).Info("The apiserver is reachable again: attempting now")
 	case early:
 		v.logger().V(4).Info("Requeued: re-evaluating now")
 	case s.polling:
-		open, alive := r.gateOpens(tr, v)
-		if !alive {
+		// The gate is asked about the volume's current metadata; the loop ends if the volume was
+		// unmanaged or the manager stopped while the gate ran.
+		open := false
+		meta, err := m.opts.MetadataReader.ReadMetadata(v.id)
+		if err == nil && !tr.Outside(func() { open, _ = m.opts.ReadyToRequest(meta) }) {
 			return drop
 		}
-		if !open {
-			return r.waitFor(v, s, s.left, waitGatePending)
+		switch {
+		case v.is(flagClosed):
+			return drop
+		case !open:
+			return m.waitFor(s, s.left, waitGatePending)
 		}
 		v.logger().V(4).Info("Readiness gate opened: re-evaluating now")
 	}
-	return r.turn(tr, v, s)
+	return m.turn(tr, v, s)
 }
 
 // drop ends a volume's loop: the volume is gone or unmanaged, its pod terminates, or the
@@ -128,56 +107,47 @@ var drop = workqueue.Next[loopState]{Drop: true}
 // on the renewal backoff, logged and not counted as an issuance error. A volume whose pod
 // terminates makes no attempt any more: its loop ends, and the volume stays managed until it is
 // unmanaged.
-func (r *renewer) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqueue.Next[loopState] {
-	iss := r.iss
+func (m *Manager) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) workqueue.Next[loopState] {
 	first := s.first
 	s.first = false
 	var meta metadata.Metadata
 	var err error
 	if known := s.known; known != nil {
 		s.known, meta = nil, *known
-	} else if meta, err = iss.store.ReadMetadata(v.id); err == nil {
-		r.registry.setPod(v, podOf(meta))
+	} else if meta, err = m.opts.MetadataReader.ReadMetadata(v.id); err == nil {
+		m.registry.setPod(v, podOf(meta))
 	}
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		v.logger().Info("Volume metadata is gone; no longer managing the volume")
-		r.end(v, false)
+		m.end(v, false)
 		return drop
 	case err != nil:
 		v.logger().Error(err, "Cannot read volume metadata")
-		return r.waitFor(v, s, s.renewal.Step(), waitAfterError)
+		return m.waitFor(s, s.renewal.Step(), waitAfterError)
 	}
 	last := v.lastWritten()
 	renewAt, held := heldTo(meta, last)
-	wait := untilDue(meta, last, iss.clock.Now())
-	r.status.noteCertificate(v, hasCertificate(meta), renewAt, held)
+	wait := untilDue(meta, last, m.opts.Clock.Now())
+	m.status.noteCertificate(v, hasCertificate(meta), renewAt, held)
 	if wait > 0 {
-		return r.waitFor(v, s, wait, waitUntilDue)
+		return m.waitFor(s, wait, waitUntilDue)
 	}
 
-	outcome := r.issue(tr, v, meta)
-	if errors.Is(outcome, errStopped) {
-		return drop
-	}
-	terminated := errors.Is(outcome, ErrPodTerminating) && v.is(flagTerminating)
-	var delay time.Duration
-	kind := waitAfterError
-	if !terminated {
-		delay, kind = r.backoff(&s, outcome, first)
-	}
-	if outcome != nil {
-		r.status.attemptFailed(v, outcome, false, delay)
-	}
+	outcome := m.issue(tr, v, meta)
 	switch {
-	case terminated:
+	case errors.Is(outcome, errStopped):
 		return drop
-	case outcome == nil:
-		s.wait = noWait
-		return workqueue.Next[loopState]{State: s}
+	case errors.Is(outcome, ErrPodTerminating) && v.is(flagTerminating):
+		m.status.attemptFailed(v, outcome, false, 0)
+		return drop
 	}
-	v.logger().V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", kind == waitGatePending)
-	return r.waitFor(v, s, delay, kind)
+	delay, kind := m.backoff(&s, outcome, first)
+	if outcome != nil {
+		m.status.attemptFailed(v, outcome, false, delay)
+		v.logger().V(4).Info("Waiting before the next issuance attempt", "delay", delay, "gate_pending", kind == waitGatePending)
+	}
+	return m.waitFor(s, delay, kind)
 }
 
 // backoff steps the loop's backoffs by an attempt's outcome and returns the wait it calls for:
@@ -193,22 +163,22 @@ func (r *renewer) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) work
 // tick. Taking it would start the steps a tick early, so the long ones would begin while gates
 // that open within seconds are still closed (hack/bench: gate-open to request p50 1.5 s against
 // 0.9 s for upstream's schedule, at fewer asks than now).
-func (r *renewer) backoff(s *loopState, outcome error, first bool) (time.Duration, waitKind) {
+func (m *Manager) backoff(s *loopState, outcome error, first bool) (time.Duration, waitKind) {
 	switch {
 	case outcome == nil:
-		s.renewal, s.gate = r.schedule.renewal, r.schedule.gate
-		return 0, waitAfterError
+		s.renewal, s.gate = *m.opts.RenewalBackoffConfig, *m.opts.GateBackoffConfig
+		return 0, noWait
 	case errors.Is(outcome, ErrNotReadyToRequest) && first:
-		s.renewal = r.schedule.renewal
+		s.renewal = *m.opts.RenewalBackoffConfig
 		untaken := s.gate
 		return untaken.Step(), waitGatePending
 	case errors.Is(outcome, ErrNotReadyToRequest):
-		s.renewal = r.schedule.renewal
+		s.renewal = *m.opts.RenewalBackoffConfig
 		return s.gate.Step(), waitGatePending
 	}
-	s.gate = r.schedule.gate
+	s.gate = *m.opts.GateBackoffConfig
 	delay := s.renewal.Step()
-	if id, told := r.iss.health.AttemptFailed(outcome); told {
+	if id, told := m.health.AttemptFailed(outcome); told {
 		s.outage = id
 		return delay, waitAfterOutage
 	}
@@ -238,43 +208,30 @@ const (
 // waitFor is the queue's wait of d for kind (zero or less: a turn at once). The queue ends it at
 // once if a Requeue it kept during the turn ends it (requeueEnds); a gate wait longer than
 // GatePollInterval waits one poll interval at a time.
-func (r *renewer) waitFor(v *managedVolume, s loopState, d time.Duration, kind waitKind) workqueue.Next[loopState] {
+func (m *Manager) waitFor(s loopState, d time.Duration, kind waitKind) workqueue.Next[loopState] {
 	s.wait, s.polling, s.left = kind, false, 0
 	if d <= 0 {
 		return workqueue.Next[loopState]{State: s}
 	}
-	if poll := r.schedule.gatePoll; kind == waitGatePending && poll > 0 && d > poll {
+	if poll := m.opts.GatePollInterval; kind == waitGatePending && poll > 0 && d > poll {
 		s.polling, s.left = true, d-poll
 		d = poll
 	}
 	return workqueue.Next[loopState]{After: d, State: s}
 }
 
-// gateOpens asks the readiness gate about the volume's current metadata. alive is false if the
-// volume was unmanaged or the manager stopped while the gate ran.
-func (r *renewer) gateOpens(tr *lifetime.Tracked, v *managedVolume) (open, alive bool) {
-	meta, err := r.iss.store.ReadMetadata(v.id)
-	if err != nil {
-		return false, !v.ended()
-	}
-	if !tr.Outside(func() { open, _ = r.iss.driver.readyToRequest(meta) }) {
-		return false, false
-	}
-	return open, !v.ended()
-}
-
 // issue is the loop's attempt: it ends when the volume is unmanaged, the manager stops, or
 // after issueTimeout on the injected clock. Any error once the volume is unmanaged is errStopped:
 // not an issuance failure. The attempt answers the Requeue the queue kept during the turn, which
 // it drops as it starts (see requeueEnds).
-func (r *renewer) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Metadata) error {
-	r.queue.Unwake(v)
-	ctx, deadline, end, cancel := attemptContext(r.iss.clock)
-	err := (&issueAttempt{iss: r.iss, v: v, meta: meta, tr: tr, deadline: deadline}).run(ctx, end)
+func (m *Manager) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Metadata) error {
+	m.queue.Unwake(v)
+	ctx, deadline := attemptContext(m.opts.Clock)
+	err := (&issueAttempt{m: m, v: v, meta: meta, tr: tr, deadline: deadline}).run(ctx, deadline.end)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
-	cancel()
-	if v.ended() && err != nil {
+	deadline.finish()
+	if v.is(flagClosed) && err != nil {
 		return errStopped
 	}
 	return err

@@ -30,6 +30,7 @@ import (
 	"github.com/cert-manager/csi-lib/internal/accesscheck"
 	"github.com/cert-manager/csi-lib/internal/admission"
 	"github.com/cert-manager/csi-lib/internal/api/util"
+	"github.com/cert-manager/csi-lib/internal/apicall"
 	"github.com/cert-manager/csi-lib/internal/apihealth"
 	"github.com/cert-manager/csi-lib/internal/certrequests"
 	"github.com/cert-manager/csi-lib/internal/csilibdebug"
@@ -43,24 +44,31 @@ import (
 // Manager obtains and renews certificates for the volumes it manages. Create it with NewManager;
 // all methods are safe for concurrent use.
 type Manager struct {
-	// issuance is what an attempt uses, for the callers' publishes and for the loops.
-	issuance *issuance
-	// opts are the options as completed, for the Manager's own reads (metadata, the clock, the
-	// publish's gate, metric series).
+	// opts are the options as completed.
 	opts     Options
 	nodeHash string
 	log      logr.Logger
 	life     *lifetime.Lifetime // the context Stop ends, and the goroutines Stop waits for
 	stopOnce sync.Once
+	// createAccount names the account of ClientForMetadata's clients in a refusal's text:
+	// apicall.DriverAccount by default, apicall.PodAccount when the driver set ClientForMetadata.
+	createAccount string
 
 	// registry is which volumes are managed; status is what is shown of each.
 	registry *registry
 	status   *status
-	// renewer runs the volumes' renewal loops, and queue is the work queue they turn on.
-	renewer renewer
-	queue   *workqueue.Queue[*managedVolume, loopState]
+	// queue is the work queue the loops turn on; it keeps the pending Requeue (requeueEnds).
+	queue *workqueue.Queue[*managedVolume, loopState]
 	// series deletes the metric series of volumes gone for a retention.
 	series *seriesRetention
+	// requests are the node's CertificateRequests, keys the private keys of submitted requests,
+	// admission the node-wide limits on attempts.
+	requests  *certrequests.View
+	keys      *pendingkeys.Keys
+	admission *admission.Limits
+	// health is what is known of the apiserver's health: it tells the loops when an apiserver
+	// they could not reach is back (not with Options.DisableOutageProbe).
+	health *apihealth.Health
 }
 
 // NewManager validates opts, starts the informer on the node's CertificateRequests, waits for
@@ -83,21 +91,16 @@ func NewManager(opts Options) (*Manager, error) {
 	log.Info("Behaviours that differ from upstream v0.12.0: 1 on, 0 off as upstream, or the driver's value (docs/csilibdebug.md)",
 		append([]any{csilibdebug.EnvironmentVariable, operatorRaw}, settingsTaken...)...)
 	m := &Manager{
-		issuance: &issuance{
-			log:                  log,
-			clock:                opts.Clock,
-			store:                opts.MetadataReader,
-			driver:               driverFuncsOf(opts, ownCreates),
-			maxRequestsPerVolume: opts.MaxRequestsPerVolume,
-			jitter:               opts.RenewalJitter,
-			keys:                 pendingkeys.New(log, opts.MetadataReader),
-			builder:              requestBuilder{nodeName: opts.NodeID, nodeHash: nodeHash, annotateOrigin: !opts.DisableOriginAnnotations},
-			requestsRead:         opts.testHooks.requestsRead,
-		},
-		opts:     opts,
-		nodeHash: nodeHash,
-		log:      log,
-		life:     lifetime.New(),
+		opts:          opts,
+		nodeHash:      nodeHash,
+		log:           log,
+		life:          lifetime.New(),
+		createAccount: apicall.PodAccount,
+		registry:      newRegistry(),
+		keys:          pendingkeys.New(log, opts.MetadataReader),
+	}
+	if ownCreates {
+		m.createAccount = apicall.DriverAccount
 	}
 	m.series = newSeriesRetention(opts.Clock, m.DeleteVolumeMetricSeries)
 	limits := admission.Config{
@@ -109,13 +112,13 @@ func NewManager(opts Options) (*Manager, error) {
 	if rl := opts.IssuanceRateLimit; rl != nil {
 		limits.PerSecond, limits.Burst = rl.PerSecond, rl.Burst
 	}
-	m.issuance.admission = admission.New(limits)
+	m.admission = admission.New(limits)
 	var probe func(context.Context) error
 	if !opts.DisableOutageProbe {
 		probe = apihealth.APIServerProbe(opts.Client)
 	}
-	m.issuance.health = apihealth.New(opts.Clock, probe, m.life, m.outageEnded)
-	if m.issuance.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.issuance.health, !opts.DisableWatchFallbackReads, m.issuance.keys.Seen, m.issuance.keys.Drop); err != nil {
+	m.health = apihealth.New(opts.Clock, probe, m.life, m.outageEnded)
+	if m.requests, err = certrequests.New(opts.Client, opts.Clock, nodeHash, m.health, !opts.DisableWatchFallbackReads, m.keys.Seen, m.keys.Drop); err != nil {
 		m.life.End()
 		return nil, err
 	}
@@ -130,12 +133,8 @@ func NewManager(opts Options) (*Manager, error) {
 		})
 		go conditions.Run()
 	}
-	m.registry = newRegistry()
-	m.status = newStatus(opts, log, nodeHash, m.issuance.requests.NewestNotAfter, conditions)
-	m.issuance.status = m.status
-	m.renewer = renewer{iss: m.issuance, registry: m.registry, status: m.status, end: m.end, schedule: loopScheduleOf(opts)}
-	m.queue = workqueue.New(opts.Clock, m.life, m.renewer.process)
-	m.renewer.queue = m.queue
+	m.status = newStatus(opts, nodeHash, m.requests.NewestNotAfter, conditions)
+	m.queue = workqueue.New(opts.Clock, m.life, m.process)
 	accessChecked := make(chan struct{})
 	if opts.DisableAccessCheck {
 		close(accessChecked)
@@ -145,7 +144,7 @@ func NewManager(opts Options) (*Manager, error) {
 	if h := opts.testHooks.accessCheckStarted; h != nil {
 		h(accessChecked)
 	}
-	if err := m.issuance.requests.Start(m.life.Context()); errors.Is(err, ErrPermissionDenied) {
+	if err := m.requests.Start(m.life.Context()); errors.Is(err, ErrPermissionDenied) {
 		// Never a reason not to start: publishes answer PermissionDenied until it is granted.
 		log.Error(err, "The CertificateRequest informer cannot sync; every issuance fails until the permission is granted")
 	} else if err != nil {
@@ -154,7 +153,6 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 
 	m.resume()
-	m.status.showAllCounts() // every state, zeros included, from the start
 	return m, nil
 }
 
@@ -171,14 +169,14 @@ func NewManagerOrDie(opts Options) *Manager {
 // cache. It exists only once NewManager has returned, so it cannot be the lister passed to
 // metrics.New, whose result NewManager takes (see metrics.New for what to pass).
 func (m *Manager) CertificateRequestLister() cmlisters.CertificateRequestLister {
-	return m.issuance.requests.Lister()
+	return m.requests.Lister()
 }
 
 // ManageVolume starts managing a volume in the background: its loop issues a certificate when
 // due. It reports true only if this call registered the volume; false if it was already managed
 // or the manager is stopped. It reads nothing and never blocks.
 func (m *Manager) ManageVolume(volumeID string) (managed bool) {
-	v := m.register(volumeID, nil, false)
+	v, _ := m.register(volumeID, nil, false)
 	if v == nil {
 		return false
 	}
@@ -195,12 +193,9 @@ func (m *Manager) ManageVolume(volumeID string) (managed bool) {
 //     a closed readiness gate gives an error matching ErrNotReadyToRequest;
 //   - otherwise the loop starts: (true, nil).
 func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (managed bool, err error) {
-	v := m.register(volumeID, nil, false)
+	v, err := m.register(volumeID, nil, false)
 	if v == nil {
-		if m.registry.isStopped() {
-			return false, errStopped
-		}
-		return false, nil
+		return false, err
 	}
 	meta, err := m.opts.MetadataReader.ReadMetadata(volumeID)
 	if err != nil {
@@ -233,10 +228,10 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 		m.log.Info("Volume not ready to request a certificate; the background loop will issue it", "volume_id", meta.VolumeID,
 			"pod", meta.VolumeContext[metadata.PodNameVolumeContextKey], "namespace", meta.VolumeContext[metadata.PodNamespaceVolumeContextKey], "reason", reason)
 	}
-	v := m.register(meta.VolumeID, &meta, false)
+	v, err := m.register(meta.VolumeID, &meta, false)
 	switch {
-	case v == nil && ready && m.registry.isStopped():
-		return errStopped
+	case v == nil && ready:
+		return err
 	case v == nil:
 		return nil
 	case !ready:
@@ -342,12 +337,12 @@ func (m *Manager) Stop() {
 			m.end(v, false) // no fence: Stop must not wait for a WriteKeypair
 		}
 		m.queue.Stop()
-		m.issuance.keys.Stop()
+		m.keys.Stop()
 		m.series.stop()
 		m.life.End()
 		m.status.stopConditionWriter()
-		m.issuance.admission.Close()
-		m.issuance.requests.Shutdown()
+		m.admission.Close()
+		m.requests.Shutdown()
 	})
 }
 
@@ -355,35 +350,35 @@ func (m *Manager) Stop() {
 // its metadata gone): the registry forgets and closes it (no loop starts for it, and its attempt
 // in flight ends), the status stops showing it, and the work queue forgets it (a turn running
 // finishes first, and its loop ends). fence also waits for a WriteKeypair already running (UnmanageVolume's
-// promise). It returns false, doing nothing, if v was no longer registered.
-func (m *Manager) end(v *managedVolume, fence bool) bool {
+// promise). It does nothing if v is no longer registered.
+func (m *Manager) end(v *managedVolume, fence bool) {
 	if !m.registry.remove(v) {
-		return false
+		return
 	}
 	m.status.remove(v)
 	m.queue.Forget(v)
 	if fence {
 		v.fence()
 	}
-	return true
 }
 
 // register adds a volume to the managed set, shown in its state, without starting its loop,
 // and keeps its metric series (a retirement pending for the ID is cancelled); meta, if not nil,
 // is the volume's metadata (its pod, and whether it records a certificate), and resumed says it comes from stored state at
-// start-up. It returns nil if the volume is already managed or the manager is stopped.
-func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *managedVolume {
+// start-up. It returns nil if the volume is already managed, with errStopped if the manager is
+// stopped.
+func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) (*managedVolume, error) {
 	v := newVolume(m.log, id, m.opts.Clock.Now(), resumed)
 	var pod *volumePod
 	if meta != nil {
 		pod = podOf(*meta)
 	}
-	if !m.registry.add(v, pod) {
-		return nil
+	if added, err := m.registry.add(v, pod); !added {
+		return nil, err
 	}
 	m.status.add(v, meta != nil && hasCertificate(*meta))
 	m.series.keep(id)
-	return v
+	return v, nil
 }
 
 // startLoop starts the volume's renewal loop once: it puts the volume on the work queue, ready
@@ -391,7 +386,7 @@ func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) *ma
 // the loop its first read.
 func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
 	if v.startsLoop() {
-		m.queue.Add(v, m.renewer.firstState(known))
+		m.queue.Add(v, loopState{renewal: *m.opts.RenewalBackoffConfig, gate: *m.opts.GateBackoffConfig, known: known, first: true})
 		if h := m.opts.testHooks.loopStarted; h != nil {
 			h(v.id)
 		}
@@ -401,19 +396,4 @@ func (m *Manager) startLoop(v *managedVolume, known *metadata.Metadata) {
 // outageEnded ends the waits of the loops whose attempt failed in the outage that ended.
 func (m *Manager) outageEnded(id apihealth.ID) {
 	m.queue.WakeAll(func(s loopState) bool { return s.wait == waitAfterOutage && s.outage == id })
-}
-
-// issueFirst makes one attempt on the caller's goroutine for a just-registered volume whose
-// metadata says it has no certificate (gateOpen: the caller asked the gate already), then starts
-// the loop, unless the attempt failed.
-func (m *Manager) issueFirst(ctx context.Context, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
-	if hasCertificate(meta) {
-		m.startLoop(v, &meta)
-		return nil
-	}
-	if err := m.issuance.issueForCaller(ctx, v, meta, gateOpen); err != nil {
-		return err
-	}
-	m.startLoop(v, nil)
-	return nil
 }

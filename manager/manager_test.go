@@ -612,8 +612,8 @@ func TestAttemptDeadlineOnEitherClock(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			fc := testclock.NewFakeClock(start)
-			ctx, deadline, _, cancel := attemptContext(wrap(fc))
-			defer cancel()
+			ctx, deadline := attemptContext(wrap(fc))
+			defer deadline.finish()
 			fc.Step(issueTimeout - time.Millisecond)
 			if ctx.Err() != nil {
 				t.Fatal("attempt ended before its deadline")

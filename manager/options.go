@@ -17,6 +17,7 @@ limitations under the License.
 package manager
 
 import (
+	"cmp"
 	"crypto"
 	"crypto/x509"
 	"errors"
@@ -271,7 +272,8 @@ func (o Options) complete() (Options, error) {
 		{o.NodeID == "", "NodeID must be set"},
 		{o.RenewalJitter < 0 || o.RenewalJitter >= 1, "RenewalJitter must be at least 0 and less than 1"},
 		{o.MaxConcurrentIssuances < 0, "MaxConcurrentIssuances cannot be less than zero"},
-		{o.IssuanceRateLimit.invalid(), "IssuanceRateLimit must have PerSecond greater than zero and Burst at least 1"},
+		{o.IssuanceRateLimit != nil && (!(o.IssuanceRateLimit.PerSecond > 0) || math.IsInf(o.IssuanceRateLimit.PerSecond, 0) || o.IssuanceRateLimit.Burst < 1),
+			"IssuanceRateLimit must have PerSecond greater than zero and Burst at least 1"},
 		{o.PodCondition != nil && (o.PodCondition.Client == nil || len(content.IsLabelKey(string(o.PodCondition.Type))) > 0 || o.PodCondition.ExpiryMargin < 0),
 			"PodCondition must have a Type that is a qualified name, a Client and an ExpiryMargin not below zero"},
 	} {
@@ -279,9 +281,7 @@ func (o Options) complete() (Options, error) {
 			return o, errors.New(check.text)
 		}
 	}
-	if o.MaxRequestsPerVolume == 0 {
-		o.MaxRequestsPerVolume = 1
-	}
+	o.MaxRequestsPerVolume = cmp.Or(o.MaxRequestsPerVolume, 1)
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -292,13 +292,7 @@ func (o Options) complete() (Options, error) {
 	if o.ReadyToRequest == nil {
 		o.ReadyToRequest = AlwaysReadyToRequest
 	}
-	if o.MaxConcurrentIssuances == 0 {
-		o.MaxConcurrentIssuances = DefaultMaxConcurrentIssuances
-	}
-	if o.IssuanceRateLimit != nil {
-		rl := *o.IssuanceRateLimit
-		o.IssuanceRateLimit = &rl
-	}
+	o.MaxConcurrentIssuances = cmp.Or(o.MaxConcurrentIssuances, DefaultMaxConcurrentIssuances)
 	o.RenewalBackoffConfig = copyBackoff(o.RenewalBackoffConfig, DefaultRenewalBackoff())
 	o.GateBackoffConfig = copyBackoff(o.GateBackoffConfig, DefaultGateBackoff())
 	return o, nil
@@ -351,10 +345,6 @@ type RateLimit struct {
 	Burst int
 }
 
-func (r *RateLimit) invalid() bool {
-	return r != nil && (!(r.PerSecond > 0) || math.IsInf(r.PerSecond, 0) || r.Burst < 1)
-}
-
 // PodCondition makes the Manager keep a condition on the status of every pod with volumes it
 // manages: True while each of the pod's volumes of this driver holds a certificate that is not
 // past its NotAfter less ExpiryMargin, False otherwise. Listed in a pod's spec.readinessGates,
@@ -390,17 +380,6 @@ type PodCondition struct {
 
 // DefaultPodConditionExpiryMargin is the default PodCondition.ExpiryMargin.
 const DefaultPodConditionExpiryMargin = 2 * time.Second
-
-// expiryMargin is c's ExpiryMargin, or its default; zero when c is nil.
-func (c *PodCondition) expiryMargin() time.Duration {
-	switch {
-	case c == nil:
-		return 0
-	case c.ExpiryMargin == 0:
-		return DefaultPodConditionExpiryMargin
-	}
-	return c.ExpiryMargin
-}
 
 // Reasons of the pod condition (PodCondition). The message names the volume.
 const (

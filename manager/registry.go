@@ -17,6 +17,8 @@ limitations under the License.
 package manager
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,16 +58,19 @@ func newRegistry() *registry {
 }
 
 // add registers v, with the pod its metadata names (nil: none known; see setPod); false if its
-// ID is registered already or the manager stopped.
-func (r *registry) add(v *managedVolume, pod *volumePod) bool {
+// ID is registered already, and errStopped if the manager stopped.
+func (r *registry) add(v *managedVolume, pod *volumePod) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped || r.byID[v.id] != nil {
-		return false
+	switch {
+	case r.stopped:
+		return false, errStopped
+	case r.byID[v.id] != nil:
+		return false, nil
 	}
 	r.byID[v.id] = v
 	r.setPodLocked(v, pod)
-	return true
+	return true, nil
 }
 
 // remove takes v out of the registry and closes it; false if v is not registered (another
@@ -118,13 +123,7 @@ func (r *registry) setPodLocked(v *managedVolume, pod *volumePod) {
 
 // unfileLocked takes the volume ID from under the pod's UID.
 func (r *registry) unfileLocked(id string, uid types.UID) {
-	ids := r.byPod[uid]
-	for i, other := range ids {
-		if other == id {
-			ids = append(ids[:i], ids[i+1:]...)
-			break
-		}
-	}
+	ids := slices.DeleteFunc(r.byPod[uid], func(other string) bool { return other == id })
 	if len(ids) == 0 {
 		delete(r.byPod, uid)
 	} else {
@@ -136,7 +135,7 @@ func (r *registry) unfileLocked(id string, uid types.UID) {
 func (r *registry) podVolumes(uid types.UID) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]string(nil), r.byPod[uid]...)
+	return slices.Clone(r.byPod[uid])
 }
 
 // podTerminates remembers the pod terminating from now (forgetting the pods learned more than
@@ -144,11 +143,7 @@ func (r *registry) podVolumes(uid types.UID) []string {
 func (r *registry) podTerminates(uid types.UID, now time.Time) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for other, since := range r.terminating {
-		if now.Sub(since) > terminatingMemory {
-			delete(r.terminating, other)
-		}
-	}
+	maps.DeleteFunc(r.terminating, func(_ types.UID, since time.Time) bool { return now.Sub(since) > terminatingMemory })
 	if _, ok := r.terminating[uid]; !ok {
 		r.terminating[uid] = now
 	}
@@ -158,21 +153,11 @@ func (r *registry) podTerminates(uid types.UID, now time.Time) int {
 	return len(r.byPod[uid])
 }
 
-func (r *registry) isStopped() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stopped
-}
-
 // stop refuses every registration from now on and returns the registered volumes, which stay
 // registered until each is ended.
 func (r *registry) stop() []*managedVolume {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopped = true
-	vols := make([]*managedVolume, 0, len(r.byID))
-	for _, v := range r.byID {
-		vols = append(vols, v)
-	}
-	return vols
+	return slices.Collect(maps.Values(r.byID))
 }

@@ -18,6 +18,7 @@ package manager
 
 import (
 	"fmt"
+	"maps"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,30 +31,14 @@ import (
 	"github.com/cert-manager/csi-lib/metadata"
 )
 
-// requestBuilder makes a volume's CertificateRequest from the driver's bundle.
-type requestBuilder struct {
-	nodeName string // Options.NodeID, named on every request unless annotateOrigin is false
-	nodeHash string
-	// annotateOrigin is false with Options.DisableOriginAnnotations: requests carry the
-	// bundle's annotations alone, as upstream.
-	annotateOrigin bool
-}
-
-// deletedWhileWaiting is the error of a wait whose request was deleted before it was issued. It
-// matches ErrPodTerminating: this process never deletes a request it waits for, and the garbage
-// collector deletes one when its pod is gone. Were the pod alive after all, kubelet's retry of
-// the publish issues anew.
-func deletedWhileWaiting(name string) error {
-	return fmt.Errorf("request %q was deleted before it was issued (%w)", name, ErrPodTerminating)
-}
-
-// build makes a volume's CertificateRequest: the node and volume hash labels, the bundle's
+// newRequest makes a volume's CertificateRequest from the driver's bundle: the node and volume
+// hash labels, the bundle's
 // annotations with the node's and the pod's names added (see originAnnotations), the bundle's
 // spec, Duration always set, and exactly one owner reference to the pod (name and UID from the
 // volume context, even if empty), so that the garbage collector deletes the request with the
 // pod. CreationTimestamp is left to the apiserver.
-func (b requestBuilder) build(meta metadata.Metadata, bundle *CertificateRequestBundle, csrPEM []byte) (*cmapi.CertificateRequest, error) {
-	annotations, err := b.originAnnotations(meta, bundle.Annotations)
+func (m *Manager) newRequest(meta metadata.Metadata, bundle *CertificateRequestBundle, csrPEM []byte) (*cmapi.CertificateRequest, error) {
+	annotations, err := m.originAnnotations(meta, bundle.Annotations)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +48,7 @@ func (b requestBuilder) build(meta metadata.Metadata, bundle *CertificateRequest
 			Namespace:   bundle.Namespace,
 			Annotations: annotations,
 			Labels: map[string]string{
-				api.NodeIDHashLabelKey:   b.nodeHash,
+				api.NodeIDHashLabelKey:   m.nodeHash,
 				api.VolumeIDHashLabelKey: util.HashIdentifier(meta.VolumeID),
 			},
 			OwnerReferences: []metav1.OwnerReference{{
@@ -88,18 +73,16 @@ func (b requestBuilder) build(meta metadata.Metadata, bundle *CertificateRequest
 // approval) can check it: this node's name, and the pod's namespace, name, UID and service
 // account (its UID read from the pod's token) from the volume context (each only when there). A
 // bundle may set one of these keys only to the same value: a request naming another node or pod
-// than its own is refused here, before anything is created. Without annotateOrigin it returns
+// than its own is refused here, before anything is created. With DisableOriginAnnotations it returns
 // the copy alone.
-func (b requestBuilder) originAnnotations(meta metadata.Metadata, fromBundle map[string]string) (map[string]string, error) {
+func (m *Manager) originAnnotations(meta metadata.Metadata, fromBundle map[string]string) (map[string]string, error) {
 	annotations := make(map[string]string, len(fromBundle)+4)
-	for k, v := range fromBundle {
-		annotations[k] = v
-	}
-	if !b.annotateOrigin {
+	maps.Copy(annotations, fromBundle)
+	if m.opts.DisableOriginAnnotations {
 		return annotations, nil
 	}
 	for _, origin := range []struct{ key, value string }{
-		{origin.NodeNameAnnotationKey, b.nodeName},
+		{origin.NodeNameAnnotationKey, m.opts.NodeID},
 		{origin.PodNamespaceAnnotationKey, meta.VolumeContext[metadata.PodNamespaceVolumeContextKey]},
 		{origin.PodNameAnnotationKey, meta.VolumeContext[metadata.PodNameVolumeContextKey]},
 		{origin.PodUIDAnnotationKey, meta.VolumeContext[metadata.PodUIDVolumeContextKey]},

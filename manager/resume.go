@@ -21,7 +21,7 @@ package manager
 // succeeded is registered, with a loop that starts from the metadata read here. A volume whose
 // metadata cannot be read is logged and skipped.
 func (m *Manager) resume() {
-	m.issuance.keys.LoadSwept(m.issuance.requests.Exists, m.opts.Clock, m.expireSweptKeys)
+	m.keys.LoadSwept(m.requests.Exists, m.opts.Clock, m.expireSweptKeys)
 	ids, err := m.opts.MetadataReader.ListVolumes()
 	if err != nil {
 		m.log.Error(err, "Cannot list stored volumes; none resumed")
@@ -38,7 +38,7 @@ func (m *Manager) resume() {
 			m.log.V(2).Info("Not resuming volume whose publish never succeeded", "volume_id", id)
 			continue
 		}
-		if v := m.register(id, &meta, true); v != nil {
+		if v, _ := m.register(id, &meta, true); v != nil {
 			m.startLoop(v, &meta)
 			resumed++
 		}
@@ -53,5 +53,5 @@ func (m *Manager) expireSweptKeys() {
 		return
 	}
 	defer tr.Done()
-	m.issuance.keys.ExpireSwept()
+	m.keys.ExpireSwept()
 }

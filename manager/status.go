@@ -17,13 +17,12 @@ limitations under the License.
 package manager
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -49,7 +48,6 @@ import (
 // condition (status -> podcondition in the package doc's lock order), arms and stops timers of
 // the clock, and sets the state gauge; it records Events after releasing it.
 type status struct {
-	log      logr.Logger
 	clock    clock.Clock
 	recorder record.EventRecorder // nil: no events
 	metrics  *metrics.Metrics
@@ -62,7 +60,7 @@ type status struct {
 	// conditions keeps the pods' PodCondition; nil without one.
 	conditions *podcondition.Writer
 	// margin is the PodCondition's ExpiryMargin, defaulted: how long before its NotAfter a
-	// certificate stops counting as valid.
+	// certificate stops counting as valid; zero without a PodCondition.
 	margin time.Duration
 
 	mu      sync.Mutex
@@ -112,9 +110,8 @@ func (c *certificateTimers) stop() {
 	c.renewAt = time.Time{}
 }
 
-func newStatus(o Options, log logr.Logger, nodeHash string, notAfterOf func(string) time.Time, conditions *podcondition.Writer) *status {
-	return &status{
-		log:        log,
+func newStatus(o Options, nodeHash string, notAfterOf func(string) time.Time, conditions *podcondition.Writer) *status {
+	s := &status{
 		clock:      o.Clock,
 		recorder:   o.EventRecorder,
 		metrics:    o.Metrics,
@@ -122,10 +119,14 @@ func newStatus(o Options, log logr.Logger, nodeHash string, notAfterOf func(stri
 		watching:   o.EventRecorder != nil || o.Metrics.VolumeStateGaugeEnabled() || conditions != nil,
 		notAfterOf: notAfterOf,
 		conditions: conditions,
-		margin:     o.PodCondition.expiryMargin(),
 		shown:      make(map[*managedVolume]*shownVolume),
 		counts:     make(map[string]int),
 	}
+	if pc := o.PodCondition; pc != nil {
+		s.margin = cmp.Or(pc.ExpiryMargin, DefaultPodConditionExpiryMargin)
+	}
+	s.showCountsLocked() // every state, zeros included, from the start; s is not shared yet
+	return s
 }
 
 // add shows a volume just registered; hasCertificate says its metadata records a certificate.
@@ -133,7 +134,7 @@ func newStatus(o Options, log logr.Logger, nodeHash string, notAfterOf func(stri
 func (s *status) add(v *managedVolume, hasCertificate bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped || s.shown[v] != nil || v.is(flagClosed) {
+	if s.stopped || v.is(flagClosed) {
 		return
 	}
 	e := &shownVolume{}
@@ -160,22 +161,20 @@ func (s *status) remove(v *managedVolume) {
 	delete(s.shown, v)
 	s.counts[e.status.state()]--
 	s.showCountsLocked()
-	if s.conditions != nil {
-		if ref, _ := v.conditionPod(); ref != nil {
-			s.conditions.RemoveVolume(ref, v.id)
-		}
+	if ref := v.podRef(); s.conditions != nil && ref != nil {
+		s.conditions.RemoveVolume(ref, v.id)
 	}
 	e.certificate.stop()
 }
 
 // change applies change to what is shown of the volume, moves the counts if its state changed,
-// and sets its share of its pod's condition; false if the volume is not shown.
-func (s *status) change(v *managedVolume, change func(e *shownVolume)) bool {
+// and sets its share of its pod's condition; it does nothing if the volume is not shown.
+func (s *status) change(v *managedVolume, change func(e *shownVolume)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.shown[v]
 	if s.stopped || e == nil {
-		return false
+		return
 	}
 	before := e.status.state()
 	change(e)
@@ -185,7 +184,6 @@ func (s *status) change(v *managedVolume, change func(e *shownVolume)) bool {
 		s.showCountsLocked()
 	}
 	s.showPodLocked(v, e)
-	return true
 }
 
 // showPodLocked sets the volume's share of its pod's condition.
@@ -193,7 +191,7 @@ func (s *status) showPodLocked(v *managedVolume, e *shownVolume) {
 	if s.conditions == nil {
 		return
 	}
-	ref, resumed := v.conditionPod()
+	ref := v.podRef()
 	if ref == nil {
 		return
 	}
@@ -202,20 +200,12 @@ func (s *status) showPodLocked(v *managedVolume, e *shownVolume) {
 		return
 	}
 	e.onPod.uid, e.onPod.validity = ref.UID, validity
-	s.conditions.SetVolume(ref, v.id, validity, resumed)
+	s.conditions.SetVolume(ref, v.id, validity, v.is(flagResumed))
 }
 
-// showAllCounts sets the state gauge, every state included.
-func (s *status) showAllCounts() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.showCountsLocked()
-}
-
+// showCountsLocked sets the state gauge, every state included.
 func (s *status) showCountsLocked() {
-	if s.metrics.VolumeStateGaugeEnabled() {
-		s.metrics.SetVolumeStates(s.nodeHash, maps.Clone(s.counts))
-	}
+	s.metrics.SetVolumeStates(s.nodeHash, s.counts)
 }
 
 // stop shows nothing more: every timer stops, and a volume removed from now on is not taken off
@@ -262,10 +252,7 @@ func (s *status) validityLocked(e *shownVolume) podcondition.Validity {
 
 // recordEvent records an Event on the volume's pod, if Events are recorded and the pod is known.
 func (s *status) recordEvent(v *managedVolume, eventType, reason, format string, args ...any) {
-	if s.recorder == nil {
-		return
-	}
-	if ref := v.podRef(); ref != nil {
+	if ref := v.podRef(); s.recorder != nil && ref != nil {
 		s.recorder.Eventf(ref, eventType, reason, format, args...)
 	}
 }
@@ -280,22 +267,21 @@ func (s *status) attemptStarted(v *managedVolume) {
 // success is shown by written.
 func (s *status) attemptFailed(v *managedVolume, err error, forCaller bool, next time.Duration) {
 	log := v.logger()
-	gatePending := false
+	gatePending := errors.Is(err, ErrNotReadyToRequest)
 	switch {
-	case errors.Is(err, ErrNotReadyToRequest):
+	case gatePending:
 		log.V(4).Info("Not ready to request a certificate yet", "reason", err.Error())
 		s.metrics.IncrementGatePendingCountTotal(s.nodeHash, v.id)
 		if forCaller {
 			s.metrics.IncrementIssueErrorCountTotal(s.nodeHash, v.id)
 		}
-		gatePending = true
 	case errors.Is(err, ErrPodTerminating) && v.is(flagTerminating):
 		log.Info("The volume's pod is terminating: no further issuance attempt", "reason", err.Error())
 		return
 	default:
 		log.Error(err, "Issuance attempt failed")
 		s.metrics.IncrementIssueErrorCountTotal(s.nodeHash, v.id)
-		if v.ended() {
+		if v.is(flagClosed) {
 			return
 		}
 	}
@@ -319,32 +305,23 @@ func (s *status) attemptFailed(v *managedVolume, err error, forCaller bool, next
 	})
 	switch {
 	case gateEventDue:
+		reason := err.Error()
+		var refusal *NotReadyToRequestError
+		if errors.As(err, &refusal) {
+			reason = refusal.Reason
+		}
 		s.recordEvent(v, corev1.EventTypeNormal, EventReasonReadinessGatePending,
-			"Waiting for the driver's readiness gate for %s: %s", pendingFor.Round(time.Second), gateReason(err))
+			"Waiting for the driver's readiness gate for %s: %s", pendingFor.Round(time.Second), reason)
 	case !gatePending:
 		reason, when := EventReasonCertificateRequestFailed, "when kubelet retries the mount"
 		if errors.Is(err, ErrPermissionDenied) {
 			reason = EventReasonPermissionDenied
 		}
 		if !forCaller {
-			when = describeDelay(now, next)
+			when = fmt.Sprintf("in %s (at %s)", next.Round(time.Second), now.Add(next).UTC().Format(time.RFC3339))
 		}
 		s.recordEvent(v, corev1.EventTypeWarning, reason, "Issuing the certificate failed: %v; next attempt %s", err, when)
 	}
-}
-
-// gateReason is the reason a closed readiness gate gave.
-func gateReason(err error) string {
-	var nr *NotReadyToRequestError
-	if errors.As(err, &nr) {
-		return nr.Reason
-	}
-	return err.Error()
-}
-
-// describeDelay says when a wait of d from now ends.
-func describeDelay(now time.Time, d time.Duration) string {
-	return fmt.Sprintf("in %s (at %s)", d.Round(time.Second), now.Add(d).UTC().Format(time.RFC3339))
 }
 
 // written shows a key pair written from the request namespace/name, whose certificate expires at
@@ -412,35 +389,24 @@ func (s *status) note(v *managedVolume, hasCertificate bool, renewAt time.Time, 
 		c.renewAt = renewAt
 		gen := c.generation
 		now := s.clock.Now()
-		type deadline struct {
-			at     time.Time
-			passed func()
+		arm := func(at time.Time, passed func()) {
+			c.stops = append(c.stops, clockutil.AfterFunc(s.clock, at.Sub(now), passed))
 		}
-		deadlines := []deadline{
-			{renewAt.Add(c.notAfter.Sub(renewAt) / 4), func() { s.certificateOverdue(v, gen, renewAt) }},
-			{c.notAfter, func() { s.certificateExpired(v, gen) }},
-		}
+		arm(renewAt.Add(c.notAfter.Sub(renewAt)/4), func() {
+			s.certificateDeadlinePassed(v, gen, eventOverdue, EventReasonCertificateRenewalOverdue,
+				"Certificate renewal is overdue: it was due at %s and has not succeeded; the certificate expires at %s",
+				renewAt.UTC().Format(time.RFC3339))
+		})
+		arm(c.notAfter, func() {
+			s.certificateDeadlinePassed(v, gen, eventExpired, EventReasonCertificateExpired,
+				"The certificate in the volume expired at %s and has not been renewed")
+		})
 		if s.conditions != nil {
 			// Re-shown when the certificate stops counting as valid: validityLocked reads the clock.
-			deadlines = append(deadlines, deadline{c.notAfter.Add(-s.margin), func() { s.change(v, func(*shownVolume) {}) }})
-		}
-		for _, d := range deadlines {
-			c.stops = append(c.stops, clockutil.AfterFunc(s.clock, d.at.Sub(now), d.passed))
+			arm(c.notAfter.Add(-s.margin), func() { s.change(v, func(*shownVolume) {}) })
 		}
 	})
 	return lookUp
-}
-
-func (s *status) certificateOverdue(v *managedVolume, gen uint64, renewAt time.Time) {
-	s.certificateDeadlinePassed(v, gen, eventOverdue,
-		EventReasonCertificateRenewalOverdue,
-		"Certificate renewal is overdue: it was due at %s and has not succeeded; the certificate expires at %s",
-		renewAt.UTC().Format(time.RFC3339))
-}
-
-func (s *status) certificateExpired(v *managedVolume, gen uint64) {
-	s.certificateDeadlinePassed(v, gen, eventExpired,
-		EventReasonCertificateExpired, "The certificate in the volume expired at %s and has not been renewed")
 }
 
 // certificateDeadlinePassed moves the volume's state by ev and records the Event, unless the

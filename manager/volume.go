@@ -132,17 +132,10 @@ func newVolume(log logr.Logger, id string, now time.Time, resumed bool) *managed
 }
 
 // startsLoop records that the volume's loop starts; false if it has started already or the
-// volume is closed (flagClosed).
+// volume is closed (flagClosed). A closed volume may be marked started: no loop starts for it
+// either way.
 func (v *managedVolume) startsLoop() bool {
-	for {
-		f := v.flags.Load()
-		if f&(flagLoopStarted|flagClosed) != 0 {
-			return false
-		}
-		if v.flags.CompareAndSwap(f, f|flagLoopStarted) {
-			return true
-		}
-	}
+	return v.flags.Or(flagLoopStarted)&(flagLoopStarted|flagClosed) == 0
 }
 
 // is reports whether every flag of f is set.
@@ -208,11 +201,6 @@ func (v *managedVolume) close() types.UID {
 	return v.pod.Load().UID()
 }
 
-// ended reports whether the registration has ended (close).
-func (v *managedVolume) ended() bool {
-	return v.is(flagClosed)
-}
-
 // writeStarts reports whether the attempt in flight may call WriteKeypair: false once the
 // volume is fenced. Until writeEnded, fence waits for the write.
 func (v *managedVolume) writeStarts() bool {
@@ -250,15 +238,10 @@ func (v *managedVolume) lastWritten() *keypairWrite {
 	return v.lastWrite.Load()
 }
 
-// podRef is the reference to the volume's pod, for Events; nil while not fully known.
+// podRef is the reference to the volume's pod, for Events and the pod condition; nil while not
+// fully known.
 func (v *managedVolume) podRef() *corev1.ObjectReference {
 	return v.pod.Load().ref()
-}
-
-// conditionPod is what the pod condition needs of the volume: its pod's reference (nil while not
-// fully known) and whether the volume was resumed at start-up.
-func (v *managedVolume) conditionPod() (ref *corev1.ObjectReference, resumed bool) {
-	return v.pod.Load().ref(), v.is(flagResumed)
 }
 
 // logger is the manager's logger with the volume's ID and, once known, its pod's name.
