@@ -48,9 +48,10 @@ type loopState struct {
 	left    time.Duration
 	// outage is the outage that failed the last attempt.
 	outage apihealth.ID
-	// known is the volume's metadata, just read, for the loop's first turn; nil: the turn reads
-	// it.
-	known *metadata.Metadata
+	// known is the volume's metadata, just read, for the loop's first turn or after a gate poll
+	// that found the gate open; nil: the turn reads it. gateOpen: the gate said yes to known.
+	known    *metadata.Metadata
+	gateOpen bool
 	// first: the loop's first turn, which attempts at once if the volume is due; see backoff
 	// for the wait after its gate refusal.
 	first bool
@@ -92,6 +93,8 @@ func (m *Manager) process(tr *lifetime.Tracked, v *managedVolume, s loopState, e
 			return m.waitFor(s, s.left, waitGatePending)
 		}
 		v.logger().V(4).Info("Readiness gate opened: re-evaluating now")
+		m.registry.setPod(v, podOf(meta))
+		s.known, s.gateOpen = &meta, true
 	}
 	return m.turn(tr, v, s)
 }
@@ -112,6 +115,8 @@ func (m *Manager) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) work
 	s.first = false
 	var meta metadata.Metadata
 	var err error
+	gateOpen := s.gateOpen
+	s.gateOpen = false
 	if known := s.known; known != nil {
 		s.known, meta = nil, *known
 	} else if meta, err = m.opts.MetadataReader.ReadMetadata(v.id); err == nil {
@@ -134,7 +139,7 @@ func (m *Manager) turn(tr *lifetime.Tracked, v *managedVolume, s loopState) work
 		return m.waitFor(s, wait, waitUntilDue)
 	}
 
-	outcome := m.issue(tr, v, meta)
+	outcome := m.issue(tr, v, meta, gateOpen)
 	switch {
 	case errors.Is(outcome, errStopped):
 		return drop
@@ -220,14 +225,15 @@ func (m *Manager) waitFor(s loopState, d time.Duration, kind waitKind) workqueue
 	return workqueue.Next[loopState]{After: d, State: s}
 }
 
-// issue is the loop's attempt: it ends when the volume is unmanaged, the manager stops, or
-// after issueTimeout on the injected clock. Any error once the volume is unmanaged is errStopped:
+// issue is the loop's attempt (gateOpen: a gate poll asked the gate about meta, and it said
+// yes): it ends when the volume is unmanaged, the manager stops, or after issueTimeout on the
+// injected clock. Any error once the volume is unmanaged is errStopped:
 // not an issuance failure. The attempt answers the Requeue the queue kept during the turn, which
 // it drops as it starts (see requeueEnds).
-func (m *Manager) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Metadata) error {
+func (m *Manager) issue(tr *lifetime.Tracked, v *managedVolume, meta metadata.Metadata, gateOpen bool) error {
 	m.queue.Unwake(v)
 	ctx, deadline := attemptContext(m.opts.Clock)
-	err := (&issueAttempt{m: m, v: v, meta: meta, tr: tr, deadline: deadline}).run(ctx, deadline.end)
+	err := (&issueAttempt{m: m, v: v, meta: meta, gateOpen: gateOpen, tr: tr, deadline: deadline}).run(ctx, deadline.end)
 	// Stop the deadline timer before the outcome is visible (logs, metrics), so an observer that
 	// sees the outcome never sees the attempt's timer still pending.
 	deadline.finish()
