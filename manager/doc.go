@@ -190,8 +190,8 @@ limitations under the License.
 // The volume waits on the queue, on one timer of the injected clock, until due; a volume that is
 // not due costs that timer and its loop's state, and nothing else: no goroutine, no reads, no
 // ticks. When it fires, the loop reads the metadata and, if the volume is due, makes an attempt
-// as above on what it read, under a deadline of its own on the injected clock, which is paused
-// while the attempt waits for admission. Its outcome picks the next wait:
+// as above on what it read, under a deadline of its own on the injected clock, which stops
+// while the attempt waits for admission and is armed again in full once it is admitted. Its outcome picks the next wait:
 //
 //	success                  both backoffs reset; wait until due again (never at once, even if
 //	                         the new certificate is already due)
@@ -267,8 +267,9 @@ limitations under the License.
 // status shows no closed volume. Outside the library, under a lock: the status sets the state
 // gauge (Metrics), admission counts its waiters (Metrics), and pendingkeys calls the driver's key
 // store under a volume's file lock, never under its mu, so that the informer's add and update
-// events never wait for a disk (a delete event removes the deleted request's key file, if its
-// key is still held, on the informer's goroutine).
+// handlers never wait for a key file being written. A delete event removes the deleted
+// request's key file, if its key is still held, on the informer's goroutine: the events after
+// it wait for that removal, as events of one informer are handled one at a time.
 //
 // The clock, the contexts and lifetime are last of all. certrequests and lifetime call nothing
 // under their locks; certrequests tells apihealth of a failed call or a watch without holding its

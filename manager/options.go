@@ -169,8 +169,8 @@ type Options struct {
 	// signature, writing the key pair) at once. Further attempts wait for a place, first come,
 	// first served; waiting is neither a failure nor gate-pending (no backoff step, no error
 	// metric), a publish waits within its own deadline, a background attempt's 60 s deadline
-	// starts only once it is admitted, and unmanaging the volume or stopping the manager ends the
-	// wait at once. A resume of an already pending request and a readiness-gate check never
+	// (armed as the attempt starts) stops while it waits and is armed again in full once it is
+	// admitted, and unmanaging the volume or stopping the manager ends the wait at once. A resume of an already pending request and a readiness-gate check never
 	// wait. Default (zero): DefaultMaxConcurrentIssuances, or no limit when the operator sets
 	// CSILIBDEBUG=issuancelimit=0 (package doc). UnlimitedConcurrentIssuances: no limit.
 	// Negative is an error.
