@@ -356,7 +356,7 @@ func (m *Manager) end(v *managedVolume, fence bool) {
 		return
 	}
 	m.status.remove(v)
-	m.queue.Forget(v)
+	m.queue.Remove(v)
 	if fence {
 		v.fence()
 	}

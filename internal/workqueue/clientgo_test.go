@@ -306,7 +306,7 @@ func TestClientGoForgetAWaitingKey(t *testing.T) {
 	ours.untilProcessed(n)
 	untilWaiters(t, ours.clock, n)
 	for k := range n {
-		ours.q.Forget(k)
+		ours.q.Remove(k)
 	}
 	keys, _ := ours.q.Len()
 	timers := ours.clock.Waiters()
@@ -330,9 +330,9 @@ func TestClientGoForgetAWaitingKey(t *testing.T) {
 	cg.clock.Step(time.Hour)
 	cgTurns := len(cg.until("turns of forgotten keys", func(_ []processed, ended int) bool { return ended == 2*n })) - n
 
-	t.Logf("figure: of %d waiting keys taken out, turns when their wait would have ended: this queue %d (keys %d, timers %d right after Forget), client-go's %d", n, ourTurns, keys, timers, cgTurns)
+	t.Logf("figure: of %d waiting keys taken out, turns when their wait would have ended: this queue %d (keys %d, timers %d right after Remove), client-go's %d", n, ourTurns, keys, timers, cgTurns)
 	if ourTurns != 0 || keys != 0 || timers != 0 {
-		t.Errorf("this queue: %d turns, %d keys, %d timers after Forget", ourTurns, keys, timers)
+		t.Errorf("this queue: %d turns, %d keys, %d timers after Remove", ourTurns, keys, timers)
 	}
 	if cgTurns != n {
 		t.Errorf("client-go's queue: %d turns of forgotten keys; the package documentation's figure is stale", cgTurns)

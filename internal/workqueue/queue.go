@@ -77,8 +77,8 @@ type entry[S any] struct {
 	// replaces the one before (the manager's Requeue always passes the same match); the
 	// WakeAlls add up, since each may accept a different state (one per outage that ended).
 	wake, wakeAll func(S) bool
-	// forgotten: Forget came while the key was processing.
-	forgotten bool
+	// removed: Remove came while the key was processing.
+	removed bool
 }
 
 // New returns a queue whose workers run on goroutines of life and call process.
@@ -154,13 +154,13 @@ func (q *Queue[K, S]) WakeAll(match func(S) bool) int {
 	return n
 }
 
-// Forget takes k out of the queue: its timer stops, or it leaves the FIFO; a processing that
+// Remove takes k out of the queue: its timer stops, or it leaves the FIFO; a processing that
 // runs finishes, and k leaves after it.
-func (q *Queue[K, S]) Forget(k K) {
+func (q *Queue[K, S]) Remove(k K) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if e := q.keys[k]; e != nil {
-		q.forgetLocked(k, e)
+		q.removeLocked(k, e)
 	}
 }
 
@@ -171,7 +171,7 @@ func (q *Queue[K, S]) Stop() {
 	defer q.mu.Unlock()
 	q.stopped = true
 	for k, e := range q.keys {
-		q.forgetLocked(k, e)
+		q.removeLocked(k, e)
 	}
 }
 
@@ -194,12 +194,12 @@ func (q *Queue[K, S]) Workers() int {
 	return q.workers
 }
 
-// forgetLocked takes k out of the queue, or, if it is processing, out after its processing. A
+// removeLocked takes k out of the queue, or, if it is processing, out after its processing. A
 // timer that fired already finds k gone (fire).
-func (q *Queue[K, S]) forgetLocked(k K, e *entry[S]) {
+func (q *Queue[K, S]) removeLocked(k K, e *entry[S]) {
 	switch e.place {
 	case processing:
-		e.forgotten = true
+		e.removed = true
 		return
 	case waiting:
 		e.stopTimer()
@@ -287,7 +287,7 @@ func (q *Queue[K, S]) work(tr *lifetime.Tracked) {
 func (q *Queue[K, S]) finishLocked(k K, e *entry[S], next Next[S]) {
 	wake, wakeAll := e.wake, e.wakeAll
 	e.wake, e.wakeAll = nil, nil
-	if next.Drop || e.forgotten {
+	if next.Drop || e.removed {
 		delete(q.keys, k)
 		return
 	}

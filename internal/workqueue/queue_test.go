@@ -324,19 +324,19 @@ func TestUnwakeDropsTheWakesBeforeIt(t *testing.T) {
 	}
 }
 
-// TestForgetAndStop: Forget takes a waiting key out and stops its timer; a processing key
+// TestRemoveAndStop: Remove takes a waiting key out and stops its timer; a processing key
 // leaves after its processing, whatever it decides; Stop takes every key out, its workers end
 // and Add fails.
-func TestForgetAndStop(t *testing.T) {
+func TestRemoveAndStop(t *testing.T) {
 	h := newHarness(t, func(_, n int) Next[int] { return waitThen(time.Hour, n) })
 	h.q.Add(1, 0)
 	h.untilProcessed(1)
 	for !h.clock.HasWaiters() {
 		runtime.Gosched()
 	}
-	h.q.Forget(1)
+	h.q.Remove(1)
 	if keys, _ := h.q.Len(); keys != 0 || h.clock.HasWaiters() {
-		t.Fatal("Forget left a waiting key or its timer")
+		t.Fatal("Remove left a waiting key or its timer")
 	}
 	h.hold()
 	h.q.Add(2, 0)
@@ -345,12 +345,12 @@ func TestForgetAndStop(t *testing.T) {
 	if w := h.q.Workers(); w != 2 {
 		t.Fatalf("%d workers for two keys processed at once, want 2", w)
 	}
-	h.q.Forget(2)
+	h.q.Remove(2)
 	h.q.Stop()
 	h.release()
 	h.untilIdle()
 	if keys, _ := h.q.Len(); keys != 0 || h.clock.HasWaiters() {
-		t.Fatalf("%d keys or a timer left after Forget and Stop", keys)
+		t.Fatalf("%d keys or a timer left after Remove and Stop", keys)
 	}
 	if h.q.Add(4, 0) {
 		t.Fatal("Add succeeded after Stop")
@@ -447,7 +447,7 @@ func (m *model) step(d time.Duration) {
 }
 
 // TestQueueMatchesItsModel drives the queue on the fake clock with random Adds, Wakes (also
-// while the key is processing), WakeAlls, Forgets and steps of the clock (fixed seeds), each key's processing deciding at
+// while the key is processing), WakeAlls, Removes and steps of the clock (fixed seeds), each key's processing deciding at
 // random to wait, to be ready again at once or to leave, and compares every key's processings
 // (state handed, early, time) with the model's. No key may be processed twice at once.
 func TestQueueMatchesItsModel(t *testing.T) {
@@ -496,7 +496,7 @@ func TestQueueMatchesItsModel(t *testing.T) {
 						m.wake(k, odd)
 					}
 				case x == 4:
-					h.q.Forget(k)
+					h.q.Remove(k)
 					delete(m.keys, k)
 				case x == 5 && m.keys[k] != nil:
 					// A Wake while the key is processing: the processing is held until the
