@@ -245,7 +245,9 @@ limitations under the License.
 //	pendingkeys   pendingkeys.Keys.mu: the held keys and those the sweep kept; a lock per volume
 //	              (taken before mu) orders that volume's key file reads and writes
 //	certrequests  certrequests.View.mu: the creation order, the waiters, the informer's refusals
-//	lifetime      lifetime.Lifetime.mu: the goroutines Stop waits for
+//
+// lifetime (the goroutines Stop waits for) has no lock: its count is one atomic word, so a
+// worker or a probe may be tracked under any lock.
 //
 // No lock is held while another owner's method is called, except in this order:
 //
@@ -255,12 +257,10 @@ limitations under the License.
 //	status -> podcondition  the status sets the volume's share of its pod's condition
 //	podcondition -> its own queue (client-go's): SetVolume queues the pod
 //	status, series, queue, admission, pendingkeys -> clock: they arm and stop timers
-//	queue -> lifetime       a worker is tracked as it starts
 //	queue -> loop           Wake, WakeAll and a finished turn ask the loop whether a wake ends
 //	                        the wait (requeueEnds, the outage's match): pure functions of the
 //	                        state handed to them, which take no lock
 //	admission -> rate       x/time/rate's limiter, with a lock of its own that calls nothing
-//	apihealth -> lifetime   a probe is tracked as it starts
 //
 // The registry and the status never hold each other's lock: a registration is added to the
 // registry, then shown; it is closed as the registry removes it, then no longer shown, and the
@@ -271,11 +271,11 @@ limitations under the License.
 // request's key file, if its key is still held, on the informer's goroutine: the events after
 // it wait for that removal, as events of one informer are handled one at a time.
 //
-// The clock, the contexts and lifetime are last of all. certrequests and lifetime call nothing
-// under their locks; certrequests tells apihealth of a failed call or a watch without holding its
-// own. Callbacks out of an owner (an outage ending, a pod gone, a timer firing) run without its
-// lock, as does the closing of the channel that tells the waits the watch became suspect, and a
-// timer's function runs on its own goroutine, never under the fake clock's lock.
+// The clock and the contexts are last of all. certrequests calls nothing under its lock, and
+// tells apihealth of a failed call or a watch without holding it. Callbacks out of an owner (an
+// outage ending, a pod gone, a timer firing) run without its lock, as does the closing of the
+// channel that tells the waits the watch became suspect, and a timer's function runs on its own
+// goroutine, never under the fake clock's lock.
 //
 // # Blocking and the clock
 //

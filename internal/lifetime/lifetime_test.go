@@ -17,14 +17,15 @@ limitations under the License.
 package lifetime
 
 import (
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
 // running returns how many goroutines are registered and not outside.
 func running(l *Lifetime) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n
+	return int(l.state.Load() &^ closedBit)
 }
 
 // TestEndWaitsForTrackedGoroutinesButNotOutside: End waits for a tracked goroutine, not for one
@@ -69,5 +70,49 @@ func TestEndWaitsForTrackedGoroutinesButNotOutside(t *testing.T) {
 	}
 	if l.Track() != nil {
 		t.Error("Track after End registered a goroutine")
+	}
+}
+
+// TestEndTwice: End with nothing registered returns, and so does a second End; nothing
+// registers after either.
+func TestEndTwice(t *testing.T) {
+	l := New()
+	l.End()
+	l.End()
+	if l.Track() != nil {
+		t.Error("Track after End registered a goroutine")
+	}
+}
+
+// TestEndNeverReturnsWhileAGoroutineIsInside: registered goroutines step outside and back and
+// leave while End runs; once End has returned, none of them is between its registration (or a
+// return from outside that found the lifetime live) and its next step outside or its end.
+func TestEndNeverReturnsWhileAGoroutineIsInside(t *testing.T) {
+	for round := 0; round < 50; round++ {
+		l := New()
+		var inside atomic.Int32
+		var wg sync.WaitGroup
+		for range 16 {
+			tr := l.Track()
+			inside.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 3 {
+					inside.Add(-1)
+					if !tr.Outside(runtime.Gosched) {
+						return
+					}
+					inside.Add(1)
+				}
+				inside.Add(-1)
+				tr.Done()
+			}()
+		}
+		l.End()
+		if n := inside.Load(); n != 0 {
+			t.Fatalf("round %d: End returned with %d goroutines inside", round, n)
+		}
+		wg.Wait()
 	}
 }
