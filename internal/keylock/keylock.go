@@ -19,6 +19,14 @@ limitations under the License.
 // Each key's lock is created on first use and freed when nobody holds or waits for it, so the
 // set's size follows the number of keys in use, not the number ever seen. Lock waits until the
 // key is free or the context ends, which lets a gRPC handler give up with its own deadline.
+//
+// # Why not k8s.io/utils/keymutex
+//
+// keymutex.NewHashed shares a fixed number of mutexes among all keys (one per CPU by default),
+// so a volume waits for an unrelated one whose lock hashes alike: with one volume's lock held,
+// 50 of 100 other volumes wait with NewHashed(2), as on a 2-core node, and none here
+// (keymutex_test.go). Its LockKey takes no context either, so a publish waiting behind a slow
+// write could not give up at its deadline.
 package keylock
 
 import (
