@@ -150,8 +150,10 @@ limitations under the License.
 //	                            ↓ status: the certificate is shown, the Issued event recorded
 //	                          the volume's loop starts, and waits until due
 //
-// A failed attempt leaves the volume registered without a loop; the node server unmanages it and
-// kubelet retries the publish, which resumes the request still pending if its key is held. A
+// A publish's failed attempt ends the volume's registration (ManageVolumeImmediate's leaves it
+// registered without a loop, as upstream, for its caller to unmanage), and kubelet retries the
+// publish, which registers the volume again and resumes the request still pending if its key is
+// held. A
 // create whose outcome is unknown (the connection broke after it was sent) keeps its key and the
 // request as sent; it is settled, never replaced: found in the cache or by a read, and adopted
 // if it is the one sent, else created again under the same name. A create that succeeded is

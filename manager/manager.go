@@ -212,8 +212,9 @@ func (m *Manager) ManageVolumeImmediate(ctx context.Context, volumeID string) (m
 //   - otherwise the readiness gate is asked, once. Closed: with continueOnNotReady the volume
 //     is handed to the background loop (ManageVolume) and the result is nil; without, a
 //     *NotReadyToRequestError and nothing done;
-//   - open: as ManageVolumeImmediate, on the given metadata and without asking the gate again.
-//     A volume already managed makes no attempt (nil); a stopped manager gives an error.
+//   - open: as ManageVolumeImmediate, on the given metadata and without asking the gate again,
+//     except that a failed attempt ends the volume's registration. A volume already managed
+//     makes no attempt (nil); a stopped manager gives an error.
 //
 // The publish path reads the metadata once and asks the gate once in all.
 func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Metadata, continueOnNotReady bool) error {
@@ -238,7 +239,16 @@ func (m *Manager) ManageVolumeForPublish(ctx context.Context, meta metadata.Meta
 		m.startLoop(v, &meta)
 		return nil
 	}
-	return m.issueFirst(ctx, v, meta, true)
+	if err := m.issueFirst(ctx, v, meta, true); err != nil {
+		// The registration ends with its failed first attempt, so that kubelet's retry
+		// registers the volume again and attempts again (resuming the request still pending,
+		// whose key stays held). Left registered without a loop, as ManageVolumeImmediate
+		// leaves it, a volume kept mounted by the node server would answer the retry with
+		// "already managed" and never be renewed.
+		m.end(v, true)
+		return err
+	}
+	return nil
 }
 
 // UnmanageVolume stops managing a volume. It cancels the volume's loop and any attempt in
@@ -347,10 +357,11 @@ func (m *Manager) Stop() {
 }
 
 // end ends a volume's registration, the one way out of every registration (UnmanageVolume, Stop,
-// its metadata gone): the registry forgets and closes it (no loop starts for it, and its attempt
-// in flight ends), the status stops showing it, and the work queue forgets it (a turn running
-// finishes first, and its loop ends). fence also waits for a WriteKeypair already running (UnmanageVolume's
-// promise). It does nothing if v is no longer registered.
+// its metadata gone, a publish's failed first attempt): the registry forgets and closes it (no
+// loop starts for it, and its attempt in flight ends), the status stops showing it, and the work
+// queue forgets it (a turn running finishes first, and its loop ends). fence also waits for a
+// WriteKeypair already running (UnmanageVolume's promise). It does nothing if v is no longer
+// registered.
 func (m *Manager) end(v *managedVolume, fence bool) {
 	if !m.registry.remove(v) {
 		return
@@ -364,9 +375,9 @@ func (m *Manager) end(v *managedVolume, fence bool) {
 
 // register adds a volume to the managed set, shown in its state, without starting its loop,
 // and keeps its metric series (a retirement pending for the ID is cancelled); meta, if not nil,
-// is the volume's metadata (its pod, and whether it records a certificate), and resumed says it comes from stored state at
-// start-up. It returns nil if the volume is already managed, with errStopped if the manager is
-// stopped.
+// is the volume's metadata (its pod, and whether it records a certificate), and resumed says it
+// comes from stored state at start-up. It returns nil if the volume is already managed, with
+// errStopped if the manager is stopped.
 func (m *Manager) register(id string, meta *metadata.Metadata, resumed bool) (*managedVolume, error) {
 	v := newVolume(m.log, id, m.opts.Clock.Now(), resumed)
 	var pod *volumePod

@@ -423,3 +423,37 @@ func (e *env) informerBarrier(m *Manager) (handled func() bool) {
 		})
 	}
 }
+
+// TestAFailedPublishOfAMountedVolumeLeavesNoRegistration: a mounted volume the manager does not
+// manage (the start-up resume did not see it) is published, and its first attempt fails. The
+// publish leaves no registration behind, so kubelet's retry attempts again, issues, and starts
+// the volume's loop; a registration left without a loop would answer the retry at once and the
+// volume would never be renewed.
+func TestAFailedPublishOfAMountedVolumeLeavesNoRegistration(t *testing.T) {
+	e := newEnv(t, nil)
+	m := e.start()
+	meta := e.register("v1", true)
+	e.failKeygen.Store(true)
+	if err := m.ManageVolumeForPublish(context.Background(), meta, false); err == nil || !strings.Contains(err.Error(), "keygen broken") {
+		t.Fatalf("first publish: %v, want the key generation's error", err)
+	}
+	e.failKeygen.Store(false)
+
+	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+	defer cancel()
+	retried := make(chan error, 1)
+	go func() { retried <- m.ManageVolumeForPublish(ctx, meta, false) }()
+	req := e.waitForPending()
+	if _, err := testkit.Issue(context.Background(), e.client, e.ca, req, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-retried; err != nil {
+		t.Fatalf("the retried publish: %v", err)
+	}
+	e.mu.Lock()
+	loops, written := e.loopsStarted["v1"], len(e.written["v1"])
+	e.mu.Unlock()
+	if loops != 1 || written != 1 {
+		t.Fatalf("after the retried publish: %d loops started, %d key pairs written; want 1 and 1", loops, written)
+	}
+}
