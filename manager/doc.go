@@ -283,8 +283,10 @@ limitations under the License.
 //
 // ManageVolume, ManageVolumeImmediate and UnmanageVolume return what drivers' tests expect (see
 // each method) and block as little as they can: UnmanageVolume waits only for a WriteKeypair
-// already running. Stop waits for the Manager's own goroutines but never for a driver-supplied
-// function; a goroutine inside one exits, touching nothing, when it returns. Every timer that
+// already running. Stop waits for the Manager's own goroutines, and for a store call one of
+// them is making, but never for the driver's functions (the gate, the key, request and client
+// generators, WriteKeypair); a goroutine inside one exits when it returns, doing nothing more
+// for its volume. Every timer that
 // decides when to retry, renew or give up comes from Options.Clock, so a test drives the whole
 // manager by stepping a fake clock.
 package manager

@@ -335,8 +335,11 @@ func (m *Manager) PodTerminating(podUID types.UID) {
 }
 
 // Stop stops every renewal loop and the informer. It waits for the manager's own goroutines,
-// but never for a driver-supplied function: a loop inside one exits, touching nothing, as soon
-// as the function returns. Volumes are not modified. After Stop, ManageVolume reports false and
+// and for a store call one of them is making (Options.MetadataReader, the pending-key store),
+// but never for the driver's functions (ReadyToRequest, GeneratePrivateKey, GenerateRequest,
+// SignRequest, ClientForMetadata, WriteKeypair): a loop inside one exits as soon as the
+// function returns, doing nothing more for its volume (it gives back only its own bookkeeping:
+// its place in the work queue, its admission slot). Volumes are not modified. After Stop, ManageVolume reports false and
 // ManageVolumeImmediate an error. Stop may be called more than once.
 func (m *Manager) Stop() {
 	m.stopOnce.Do(func() {

@@ -25,9 +25,10 @@ import (
 )
 
 // Lifetime is the manager's life: a context that ends on Stop, and a count of the manager's own
-// goroutines so that Stop can wait for them, except while one is inside a driver-supplied
-// function: Stop never waits for code it does not control. A goroutine that comes back from a
-// driver function after Stop finds the manager closed and exits at once, touching nothing.
+// goroutines so that Stop can wait for them, except while one is outside (Tracked.Outside), as
+// the manager's goroutines are while they call the driver's functions: Stop does not wait for
+// code the driver wrote. A goroutine that comes back from outside after Stop learns that the
+// manager closed, and does nothing more than give back its own bookkeeping.
 //
 // The count and the closed mark are one atomic word, not a mutex: every turn of every volume's
 // loop registers and leaves around each driver call (8 times in a renewal, measured by
