@@ -46,7 +46,8 @@ type nodeServer struct {
 	Options
 
 	log logr.Logger
-	// volumes serialises operations per volume ID.
+	// volumes serialises operations per volume ID: the outermost of the per-volume locks, whose
+	// order the manager's package doc gives.
 	volumes keylock.Locks
 }
 

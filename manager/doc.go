@@ -264,6 +264,11 @@ limitations under the License.
 //	                        state handed to them, which take no lock
 //	admission -> rate       x/time/rate's limiter, with a lock of its own that calls nothing
 //
+// Three per-volume locks of other packages nest, in this order only: the node server's lock of
+// the volume (package driver; held for a whole publish or unpublish, UnmanageVolume's wait for a
+// running WriteKeypair included), then pendingkeys' file lock of the volume, then the store's
+// own lock of the volume (storage.Filesystem), under which the store calls nothing.
+//
 // The registry and the status never hold each other's lock: a registration is added to the
 // registry, then shown; it is closed as the registry removes it, then no longer shown, and the
 // status shows no closed volume. Outside the library, under a lock: the status sets the state
