@@ -527,3 +527,45 @@ func TestPodConditionReasonsAreTheWritersOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestPodConditionFollowsAVolumeToAnotherPod: a volume whose metadata comes to name another pod
+// is taken off its first pod's condition: the first pod, left with a volume that holds a valid
+// certificate, becomes True.
+func TestPodConditionFollowsAVolumeToAnotherPod(t *testing.T) {
+	e, kube := condEnv(t, append([]string{"a", "b"}, barrierVolumes...)...)
+	metas := map[string]metadata.Metadata{}
+	for _, id := range []string{"v1", "v2"} {
+		meta := e.register(id, false)
+		meta.VolumeContext["csi.storage.k8s.io/pod.name"] = "pod-a"
+		meta.VolumeContext["csi.storage.k8s.io/pod.uid"] = "uid-a"
+		if err := e.store.WriteMetadata(id, meta); err != nil {
+			t.Fatal(err)
+		}
+		metas[id] = meta
+	}
+	// v1's gate stays closed: it has no certificate, so pod-a is not True while it counts.
+	e.opts.ReadyToRequest = func(meta metadata.Metadata) (bool, string) {
+		return meta.VolumeID != "v1", "pod has no IP yet"
+	}
+	m := e.start()
+	if err := m.ManageVolumeForPublish(context.Background(), metas["v1"], true); err != nil {
+		t.Fatal(err)
+	}
+	publishAndIssue(t, e, m, "v2")
+	settleWriter(t, e, m, kube)
+	if c := podCondition(t, kube, "pod-a"); c != nil && c.Status == corev1.ConditionTrue {
+		t.Fatalf("pod-a's condition is True while v1 has no certificate: %+v", c)
+	}
+
+	moved := metas["v1"]
+	moved.VolumeContext = map[string]string{
+		"csi.storage.k8s.io/pod.name":      "pod-b",
+		"csi.storage.k8s.io/pod.namespace": "ns",
+		"csi.storage.k8s.io/pod.uid":       "uid-b",
+	}
+	if err := e.store.WriteMetadata("v1", moved); err != nil {
+		t.Fatal(err)
+	}
+	m.Requeue("v1") // its next turn reads the metadata naming pod-b
+	waitCondition(t, e, kube, "pod-a", corev1.ConditionTrue, PodConditionReasonValid)
+}

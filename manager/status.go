@@ -24,7 +24,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
@@ -76,9 +75,10 @@ type shownVolume struct {
 	// certificate is nil unless the status is watching.
 	certificate *certificateTimers
 	// onPod is the pod and the validity last set on the pod condition: the same again is not
-	// set, so a turn that changes nothing takes no lock of the pod condition.
+	// set, so a turn that changes nothing takes no lock of the pod condition; a volume whose
+	// metadata names another pod is taken off this one's.
 	onPod struct {
-		uid      types.UID
+		ref      *corev1.ObjectReference
 		validity podcondition.Validity
 	}
 }
@@ -161,7 +161,7 @@ func (s *status) remove(v *managedVolume) {
 	delete(s.shown, v)
 	s.counts[e.status.state()]--
 	s.showCountsLocked()
-	if ref := v.podRef(); s.conditions != nil && ref != nil {
+	if ref := e.onPod.ref; ref != nil {
 		s.conditions.RemoveVolume(ref, v.id)
 	}
 	e.certificate.stop()
@@ -196,10 +196,14 @@ func (s *status) showPodLocked(v *managedVolume, e *shownVolume) {
 		return
 	}
 	validity := s.validityLocked(e)
-	if e.onPod.uid == ref.UID && e.onPod.validity == validity {
+	before := e.onPod.ref
+	if before != nil && before.UID == ref.UID && e.onPod.validity == validity {
 		return
 	}
-	e.onPod.uid, e.onPod.validity = ref.UID, validity
+	if before != nil && before.UID != ref.UID {
+		s.conditions.RemoveVolume(before, v.id)
+	}
+	e.onPod.ref, e.onPod.validity = ref, validity
 	s.conditions.SetVolume(ref, v.id, validity, v.is(flagResumed))
 }
 

@@ -202,7 +202,8 @@ func (p *Writer) SetVolume(pod *corev1.ObjectReference, volumeID string, validit
 	}
 }
 
-// RemoveVolume forgets a volume; a pod left without volumes is forgotten, and not written.
+// RemoveVolume forgets a volume; a pod left without volumes is forgotten, and not written. A pod
+// left with others is queued as SetVolume queues it: its condition is now theirs alone.
 func (p *Writer) RemoveVolume(pod *corev1.ObjectReference, volumeID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -210,9 +211,18 @@ func (p *Writer) RemoveVolume(pod *corev1.ObjectReference, volumeID string) {
 	if s == nil {
 		return
 	}
+	if _, ok := s.volumes[volumeID]; !ok {
+		return
+	}
 	delete(s.volumes, volumeID)
-	if len(s.volumes) == 0 {
+	switch {
+	case len(s.volumes) == 0:
 		delete(p.pods, pod.UID)
+	case s.gone:
+	default:
+		if _, act := pending(p.cfg.Type, s); act || p.syncing == pod.UID {
+			p.queue.Add(pod.UID)
+		}
 	}
 }
 
