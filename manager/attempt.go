@@ -102,10 +102,20 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	if h := m.opts.testHooks.requestsRead; h != nil {
 		h(v.id)
 	}
+	// fromAPIServer: reqs are the apiserver's answer, read once a delete found the cache stale.
 	fromAPIServer := false
 	for len(reqs) > m.opts.MaxRequestsPerVolume {
-		if reqs, fromAPIServer, err = a.deleteRequest(ctx, log, reqs[0], reqs[1:], fromAPIServer); err != nil {
+		oldest := reqs[0]
+		reqs = reqs[1:]
+		stale, err := a.deleteRequest(ctx, log, oldest)
+		if err != nil {
 			return err
+		}
+		if stale && !fromAPIServer {
+			if reqs, err = a.requestsFromAPIServer(ctx, log, oldest); err != nil {
+				return err
+			}
+			fromAPIServer = true
 		}
 	}
 
@@ -134,14 +144,20 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 			log.V(2).Info("Resuming CertificateRequest", "request", newest.Name, "namespace", newest.Namespace)
 			return a.waitAndWrite(ctx, meta, newest, key)
 		}
-		wasFromAPIServer := fromAPIServer
-		if reqs, fromAPIServer, err = a.deleteRequest(ctx, log, newest, nil, fromAPIServer); err != nil {
+		stale, err := a.deleteRequest(ctx, log, newest)
+		if err != nil {
 			return err
 		}
-		if fromAPIServer == wasFromAPIServer {
+		if !stale || fromAPIServer {
+			// Deleted now, or meanwhile by someone else: the apiserver listed it.
 			deletedNewest = true
 			break
 		}
+		// The cache was stale: the step goes on with the requests the apiserver holds.
+		if reqs, err = a.requestsFromAPIServer(ctx, log, newest); err != nil {
+			return err
+		}
+		fromAPIServer = true
 	}
 	if !deletedNewest {
 		m.keys.RemoveUnclaimed(log, v.id)
@@ -231,27 +247,28 @@ func (a *issueAttempt) issue(ctx context.Context) error {
 	return a.waitAndWrite(ctx, meta, created, key)
 }
 
-// deleteRequest deletes a stale request of the volume and forgets its key, and returns the
-// volume's requests as the step goes on with them: rest, or, when the delete showed the cache
-// stale, the requests the apiserver holds (fromAPIServer is then true; a request already gone in
-// the apiserver's own answer was deleted meanwhile, and rest stands).
-func (a *issueAttempt) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi.CertificateRequest, rest []*cmapi.CertificateRequest, fromAPIServer bool) ([]*cmapi.CertificateRequest, bool, error) {
+// deleteRequest deletes a stale request of the volume and forgets its key. stale reports that
+// the request was gone already (certrequests.ErrStaleCache): the cache that listed it is stale,
+// unless the list was the apiserver's own, in which case it was deleted meanwhile.
+func (a *issueAttempt) deleteRequest(ctx context.Context, log logr.Logger, req *cmapi.CertificateRequest) (stale bool, err error) {
 	m := a.m
-	err := m.requests.Delete(ctx, req)
+	err = m.requests.Delete(ctx, req)
 	if err != nil && !errors.Is(err, certrequests.ErrStaleCache) {
-		return nil, fromAPIServer, err
+		return false, err
 	}
 	m.keys.Drop(certrequests.Key(req.Namespace, req.Name))
-	if err == nil {
-		log.V(2).Info("Deleted stale CertificateRequest", "request", req.Name, "namespace", req.Namespace)
-		return rest, fromAPIServer, nil
+	if err != nil {
+		return true, nil
 	}
-	if fromAPIServer {
-		return rest, true, nil
-	}
-	log.Info("The CertificateRequest informer's cache is stale; reading the volume's requests from the apiserver", "request", req.Name, "namespace", req.Namespace)
-	reqs, err := m.requests.ForVolumeFromAPIServer(ctx, a.v.id)
-	return reqs, true, err
+	log.V(2).Info("Deleted stale CertificateRequest", "request", req.Name, "namespace", req.Namespace)
+	return false, nil
+}
+
+// requestsFromAPIServer reads the volume's requests from the apiserver, once a delete of gone,
+// listed by the cache, found the cache stale.
+func (a *issueAttempt) requestsFromAPIServer(ctx context.Context, log logr.Logger, gone *cmapi.CertificateRequest) ([]*cmapi.CertificateRequest, error) {
+	log.Info("The CertificateRequest informer's cache is stale; reading the volume's requests from the apiserver", "request", gone.Name, "namespace", gone.Namespace)
+	return a.m.requests.ForVolumeFromAPIServer(ctx, a.v.id)
 }
 
 // holdUntilSeen holds the request as sent with its key (pendingkeys.Keys.HoldUnseen) until the

@@ -24,13 +24,17 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
 
@@ -641,4 +645,97 @@ func TestAttemptDeadlineOnEitherClock(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestADeleteThatFindsTheCacheStaleReadsTheApiserver: a request the informer's cache still
+// shows is already gone from the apiserver (its delete answers NotFound), whether deleted as one
+// too many (step 1: a Failed request beyond MaxRequestsPerVolume) or as a pending request whose
+// key is lost (step 3). The attempt reads the volume's requests from the apiserver once, goes on
+// with them, takes a request the apiserver lists but that is gone when deleted as deleted
+// meanwhile, and creates the new one.
+func TestADeleteThatFindsTheCacheStaleReadsTheApiserver(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		requests []string // oldest first, Failed unless pending
+		pending  bool     // "gone" is pending (certrequests.Resumable)
+		kept     []string
+	}{
+		{name: "one too many", requests: []string{"gone", "newest"}, kept: []string{"newest"}},
+		{name: "pending without its key", requests: []string{"gone"}, pending: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, func(o *Options) { o.MaxRequestsPerVolume = 1 })
+			e.register("v1", false)
+			for i, name := range tc.requests {
+				req := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{
+					Name: name, Namespace: "ns",
+					CreationTimestamp: metav1.NewTime(start.Add(time.Duration(i-len(tc.requests)) * time.Hour)),
+					Labels:            map[string]string{api.NodeIDHashLabelKey: "f56fd9f8b", api.VolumeIDHashLabelKey: util.HashIdentifier("v1")},
+				}}
+				if name != "gone" || !tc.pending {
+					req.Status.Conditions = []cmapi.CertificateRequestCondition{testkit.Failed("old")}
+				}
+				if _, err := e.client.CertmanagerV1().CertificateRequests("ns").Create(context.Background(), req, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// "gone" stays in the cache and in the apiserver's lists, but a delete finds it gone.
+			e.client.PrependReactor("delete", "certificaterequests", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+				if a.(k8stesting.DeleteAction).GetName() != "gone" {
+					return false, nil, nil
+				}
+				return true, nil, apierrors.NewNotFound(cmapi.Resource("certificaterequests"), "gone")
+			})
+			e.start()
+			listsBefore := volumeLists(e, "v1")
+			done := e.manageInBackground("v1")
+			var created *cmapi.CertificateRequest
+			e.poll("the new request", func() bool {
+				for _, r := range e.requests() {
+					if !slices.Contains(tc.requests, r.Name) {
+						created = &r
+						return true
+					}
+				}
+				return false
+			})
+			if _, err := testkit.Issue(context.Background(), e.client, e.ca, created, e.clock.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if n := len(e.logs.Matching("informer's cache is stale")); n != 1 {
+				t.Errorf("%d logs of a stale cache, want 1", n)
+			}
+			if n := volumeLists(e, "v1") - listsBefore; n != 1 {
+				t.Errorf("%d reads of the volume's requests from the apiserver, want 1", n)
+			}
+			var names []string
+			for _, r := range e.requests() {
+				names = append(names, r.Name)
+			}
+			want := len(tc.requests) + 1 // gone (never deleted), the kept ones and the new one
+			if len(names) != want || !slices.Contains(names, "gone") {
+				t.Fatalf("requests %v; want gone, %v and the new one", names, tc.kept)
+			}
+			for _, k := range tc.kept {
+				if !slices.Contains(names, k) {
+					t.Fatalf("requests %v; %s was deleted", names, k)
+				}
+			}
+		})
+	}
+}
+
+// volumeLists counts the lists of certificaterequests that select the volume's hash label.
+func volumeLists(e *env, volumeID string) int {
+	n := 0
+	for _, a := range e.client.Actions() {
+		if l, ok := a.(k8stesting.ListAction); ok && a.GetResource().Resource == "certificaterequests" &&
+			strings.Contains(l.GetListRestrictions().Labels.String(), util.HashIdentifier(volumeID)) {
+			n++
+		}
+	}
+	return n
 }
