@@ -27,12 +27,15 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/flowcontrol"
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cert-manager/csi-lib/internal/api"
@@ -207,5 +210,41 @@ func TestUnansweredSettlingKeepsTheCreationOrder(t *testing.T) {
 			names = append(names, req.Name)
 		}
 		t.Fatalf("the volume's requests are %v, want [c b]: the place of b in the creation order was forgotten", names)
+	}
+}
+
+// TestCreateOutcomeUnknownOfClientGosOwnErrors: the errors client-go's REST client itself gives
+// for a create that never left (a refused connection, to a loopback port nothing listens on;
+// its rate limiter's wait that would outlast the call's deadline) are known, so that a client-go
+// whose texts change fails here rather than in a create counted as maybe made.
+func TestCreateOutcomeUnknownOfClientGosOwnErrors(t *testing.T) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := listener.Addr().String()
+	listener.Close() // nothing listens there now: a connection is refused
+	client, err := cmclient.NewForConfig(&rest.Config{
+		Host:        "http://" + addr,
+		RateLimiter: flowcontrol.NewTokenBucketRateLimiter(0.001, 1), // one token, the next in 1,000 s
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	create := func() error {
+		req := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns"}}
+		_, err := client.CertmanagerV1().CertificateRequests("ns").Create(ctx, req, metav1.CreateOptions{})
+		return err
+	}
+	for _, what := range []string{"a refused connection", "the rate limiter's wait"} {
+		err := create()
+		if err == nil {
+			t.Fatalf("%s: the create succeeded", what)
+		}
+		if CreateOutcomeUnknown(err) {
+			t.Errorf("%s (%v): CreateOutcomeUnknown = true, want false", what, err)
+		}
 	}
 }
