@@ -144,15 +144,17 @@ func NewManager(opts Options) (*Manager, error) {
 	if h := opts.testHooks.accessCheckStarted; h != nil {
 		h(accessChecked)
 	}
+	synced := true
 	if err := m.requests.Start(m.life.Context()); errors.Is(err, ErrPermissionDenied) {
 		// Never a reason not to start: publishes answer PermissionDenied until it is granted.
 		log.Error(err, "The CertificateRequest informer cannot sync; every issuance fails until the permission is granted")
+		synced = false
 	} else if err != nil {
 		m.Stop()
 		return nil, err
 	}
 
-	m.resume()
+	m.resume(synced)
 	return m, nil
 }
 

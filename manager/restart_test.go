@@ -262,3 +262,31 @@ func TestSweptKeyGoesWithItsRequest(t *testing.T) {
 		t.Fatal("NewManager kept a swept key whose request no longer exists")
 	}
 }
+
+// TestSweptKeyOutlivesAStartWhoseListIsRefused: the driver restarts after a crash during a first
+// issuance, and the apiserver refuses the new informer's list. The key the sweep kept is kept,
+// since its request may exist: a cache that never synced holds no request at all.
+func TestSweptKeyOutlivesAStartWhoseListIsRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	testkit.StampLikeAPIServer(e.client, e.clock.Now)
+	e.register("v1", false)
+	a := e.start()
+	publishAttempt(t, a, "v1")
+	pending := e.waitForPending()
+	e.waitInformerHas(pending)
+	a.Stop()
+	if res := e.store.Sweep(testr.New(t)); len(res.KeptPendingKeys) != 1 {
+		t.Fatalf("sweep = %+v; want v1's pending key kept", res)
+	}
+
+	e.allowRefusals = true
+	e.opts.Client = testkit.WithRBAC(e.client, testkit.DriverAccount, "watch", "create", "delete")
+	b, err := NewManager(e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	if !e.sweptKeyKept() {
+		t.Fatal("a start whose list was refused removed the kept key of a request that still exists")
+	}
+}

@@ -20,8 +20,16 @@ package manager
 // wait for their volumes' next publish, and every stored volume whose metadata says a publish
 // succeeded is registered, with a loop that starts from the metadata read here. A volume whose
 // metadata cannot be read is logged and skipped.
-func (m *Manager) resume() {
-	m.keys.LoadSwept(m.requests.Exists, m.opts.Clock, m.expireSweptKeys)
+//
+// A kept key whose request the informer's cache does not hold is removed, unless the cache did
+// not sync (synced is false: its list was refused): then every kept key is kept, since its
+// request may exist, and the grace period ends those no publish takes back.
+func (m *Manager) resume(synced bool) {
+	requestExists := m.requests.Exists
+	if !synced {
+		requestExists = func(string) bool { return true }
+	}
+	m.keys.LoadSwept(requestExists, m.opts.Clock, m.expireSweptKeys)
 	ids, err := m.opts.MetadataReader.ListVolumes()
 	if err != nil {
 		m.log.Error(err, "Cannot list stored volumes; none resumed")
