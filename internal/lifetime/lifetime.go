@@ -100,8 +100,11 @@ func (l *Lifetime) Track() *Tracked {
 
 // Outside runs f (a driver-supplied function) without holding up Stop. It reports false if the
 // manager was closed meanwhile: the goroutine no longer counts and must return without doing
-// anything more.
+// anything more. Called again after that, it runs nothing and reports false.
 func (t *Tracked) Outside(f func()) bool {
+	if !t.inside {
+		return false
+	}
 	t.l.leave()
 	t.inside = false
 	f()

@@ -116,3 +116,27 @@ func TestEndNeverReturnsWhileAGoroutineIsInside(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// TestOutsideAfterTheLifetimeEnded: once Outside has reported the lifetime ended, a second
+// Outside runs nothing and reports false, and the lifetime stays closed.
+func TestOutsideAfterTheLifetimeEnded(t *testing.T) {
+	l := New()
+	tr := l.Track()
+	ended := make(chan struct{})
+	if tr.Outside(func() {
+		go func() {
+			l.End()
+			close(ended)
+		}()
+		<-ended
+	}) {
+		t.Fatal("Outside reported the lifetime live after End")
+	}
+	ran := false
+	if tr.Outside(func() { ran = true }) || ran {
+		t.Fatalf("a second Outside after End: ran %v", ran)
+	}
+	if l.Track() != nil {
+		t.Fatal("Track after End registered a goroutine")
+	}
+}
