@@ -610,3 +610,26 @@ func TestFamiliesUpstreamLacksNeedTheSwitch(t *testing.T) {
 		})
 	}
 }
+
+// TestGatePollOnGoneMetadataEndsTheLoop: a gate poll that finds the volume's metadata gone ends
+// the volume's registration at once, as a turn does, instead of waiting out the gate backoff.
+func TestGatePollOnGoneMetadataEndsTheLoop(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.GatePollInterval = time.Second
+		o.GateBackoffConfig = noJitter(8*time.Second, 10*time.Second)
+	})
+	e.gateOpen.Store(false)
+	e.register("v1", true)
+	e.start()
+	e.expectAttemptThenWait(time.Second) // the first attempt asks the gate: closed
+	if err := e.store.RemoveVolume("v1"); err != nil {
+		t.Fatal(err)
+	}
+	e.stepWait(time.Second) // the poll finds no metadata
+	e.poll("the loop to end on gone metadata", func() bool {
+		return len(e.logs.Matching("Volume metadata is gone; no longer managing the volume")) == 1
+	})
+	if e.m.IsVolumeReady("v1") || e.clock.HasWaiters() {
+		t.Fatalf("the volume is still managed or waits (waiters %d)", e.clock.Waiters())
+	}
+}

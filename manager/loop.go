@@ -80,10 +80,15 @@ func (m *Manager) process(tr *lifetime.Tracked, v *managedVolume, s loopState, e
 		v.logger().V(4).Info("Requeued: re-evaluating now")
 	case s.polling:
 		// The gate is asked about the volume's current metadata; the loop ends if the volume was
-		// unmanaged or the manager stopped while the gate ran.
-		open := false
+		// unmanaged or the manager stopped while the gate ran. Metadata that cannot be read is
+		// the turn's to handle: it reads again, and ends the loop if the metadata is gone, or
+		// logs and backs off.
 		meta, err := m.opts.MetadataReader.ReadMetadata(v.id)
-		if err == nil && !tr.Outside(func() { open, _ = m.opts.ReadyToRequest(meta) }) {
+		if err != nil {
+			break
+		}
+		open := false
+		if !tr.Outside(func() { open, _ = m.opts.ReadyToRequest(meta) }) {
 			return drop
 		}
 		switch {
