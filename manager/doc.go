@@ -85,9 +85,10 @@ limitations under the License.
 //
 //	             gate "not yet"                  attempt failed
 //	pending ─────────────────────► gate_pending ◄──────────────► failing
-//	   │                                 │  (each is entered from the other, and from issued)
-//	   │ certificate written             │ certificate written
-//	   ▼                                 ▼
+//	   │  └──────────────────── attempt failed ─────────────────────┘
+//	   │                                 │  (gate_pending and failing are each entered from
+//	   │ certificate written             │  the other, from pending and from issued)
+//	   ▼                                 ▼ certificate written
 //	issued ◄─────────────── certificate written (from any state)
 //	   │ renewal point + a quarter of the time left
 //	   ▼
