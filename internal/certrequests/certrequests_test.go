@@ -248,3 +248,29 @@ func TestCreateOutcomeUnknownOfClientGosOwnErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSortByCreationIsOneOrder: requests created in the same second, two by this process and
+// one not, come out in one order (the one not created here first, then this process's in its
+// order) whatever order they came in.
+func TestSortByCreationIsOneOrder(t *testing.T) {
+	second := metav1.NewTime(time.Unix(1_000_000, 0))
+	request := func(name string) *cmapi.CertificateRequest {
+		return &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", CreationTimestamp: second}}
+	}
+	v := &View{created: map[string]uint64{Key("ns", "z"): 1, Key("ns", "a"): 2}}
+	inputs := [][]string{{"z", "a", "m"}, {"z", "m", "a"}, {"a", "z", "m"}, {"a", "m", "z"}, {"m", "z", "a"}, {"m", "a", "z"}}
+	for _, names := range inputs {
+		var reqs []*cmapi.CertificateRequest
+		for _, n := range names {
+			reqs = append(reqs, request(n))
+		}
+		v.sortByCreation(reqs)
+		var got []string
+		for _, r := range reqs {
+			got = append(got, r.Name)
+		}
+		if fmt.Sprint(got) != "[m z a]" {
+			t.Errorf("from %v: %v, want [m z a]", names, got)
+		}
+	}
+}

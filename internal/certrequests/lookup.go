@@ -17,9 +17,11 @@ limitations under the License.
 package certrequests
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -51,7 +53,9 @@ func (r *View) ForVolume(volumeID string) ([]*cmapi.CertificateRequest, error) {
 }
 
 // sortByCreation orders requests oldest first by CreationTimestamp, then by the order this
-// process created them, then by name.
+// process created them (one it did not create, made by an earlier process or by someone else,
+// first), then by name: one total order, so that the oldest and the newest are the same
+// whatever order the requests came in.
 func (r *View) sortByCreation(reqs []*cmapi.CertificateRequest) {
 	if len(reqs) < 2 {
 		return
@@ -62,15 +66,12 @@ func (r *View) sortByCreation(reqs []*cmapi.CertificateRequest) {
 		seq[req] = r.created[Key(req.Namespace, req.Name)]
 	}
 	r.mu.Unlock()
-	sort.Slice(reqs, func(i, j int) bool {
-		ti, tj := reqs[i].CreationTimestamp, reqs[j].CreationTimestamp
-		if !ti.Equal(&tj) {
-			return ti.Before(&tj)
-		}
-		if si, sj := seq[reqs[i]], seq[reqs[j]]; si != 0 && sj != 0 && si != sj {
-			return si < sj
-		}
-		return reqs[i].Name < reqs[j].Name
+	slices.SortFunc(reqs, func(a, b *cmapi.CertificateRequest) int {
+		return cmp.Or(
+			a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
+			cmp.Compare(seq[a], seq[b]),
+			strings.Compare(a.Name, b.Name),
+		)
 	})
 }
 
