@@ -234,12 +234,10 @@ func indexByVolumeHash(obj any) ([]string, error) {
 }
 
 // Key names a request the way the informer's events do ("namespace/name", or just
-// "name" in the empty namespace), so waiters and keys always match the events.
+// "name" in the empty namespace: client-go's cache.ObjectName), so waiters and keys always match
+// the events.
 func Key(namespace, name string) string {
-	if namespace == "" {
-		return name
-	}
-	return namespace + "/" + name
+	return cache.NewObjectName(namespace, name).String()
 }
 
 func (r *View) forgetOrder(reqKey string) {
