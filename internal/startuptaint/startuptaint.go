@@ -26,6 +26,14 @@ limitations under the License.
 // registered the node is watched for a bounded window, so that a startup taint added after the
 // driver started is removed too. Every failure to read or patch is logged with the node's name
 // and retried on a backoff; nothing here ever stops the driver.
+//
+// # Why not client-go's tools/watch
+//
+// UntilWithSync (and an informer) lists, and the component's RBAC grants nodes and CSINodes get,
+// watch and patch, never list: the driver reads one named object (the tests count the calls and
+// fail on a list). RetryWatcher would re-watch from the last resourceVersion, but ends when that
+// version has expired, after which a get is needed anyway; that get, then a watch from its
+// version, is watchUntil.
 package startuptaint
 
 import (

@@ -326,6 +326,10 @@ func (e *env) finished() {
 		}
 	}
 	e.mu.Unlock()
+	// The component's RBAC grants get, watch and patch: the remover never lists.
+	if n := e.count("list", "nodes") + e.count("list", "csinodes"); n != 0 {
+		e.t.Errorf("%d lists of nodes or CSINodes; the RBAC grants no list", n)
+	}
 	stacks := make([]byte, 1<<16)
 	for {
 		n := goruntime.Stack(stacks, true)
