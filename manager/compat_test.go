@@ -437,17 +437,29 @@ func TestClosedGateIsAskedOnlyByItsBackoffByDefault(t *testing.T) {
 	}
 }
 
-// TestGatePollEndsALongGateWait: a driver that never calls Requeue still starts issuing within
-// GatePollInterval of its gate opening, however long the gate backoff's step.
-func TestGatePollEndsALongGateWait(t *testing.T) {
-	e := newEnv(t, withExtendedMetrics(func(o *Options) {
+// gatePolling starts a manager whose gate backoff's first step, 8 s, is polled every second,
+// with the gate closed, and returns once v1's first attempt was refused by the gate and its loop
+// waits for the first poll. configure, if not nil, changes the options further.
+func gatePolling(t *testing.T, configure func(*Options)) *env {
+	t.Helper()
+	e := newEnv(t, func(o *Options) {
 		o.GatePollInterval = time.Second
 		o.GateBackoffConfig = noJitter(8*time.Second, 10*time.Second)
-	}))
+		if configure != nil {
+			configure(o)
+		}
+	})
 	e.gateOpen.Store(false)
 	e.register("v1", true)
 	e.start()
-	e.expectAttemptThenWait(time.Second) // the 8 s step, polled every second
+	e.expectAttemptThenWait(time.Second) // the first attempt asks the gate: closed
+	return e
+}
+
+// TestGatePollEndsALongGateWait: a driver that never calls Requeue still starts issuing within
+// GatePollInterval of its gate opening, however long the gate backoff's step.
+func TestGatePollEndsALongGateWait(t *testing.T) {
+	e := gatePolling(t, withExtendedMetrics(nil))
 	e.stepWait(time.Second)
 	e.expectWait(time.Second) // gate still closed: keep waiting
 	e.gateOpen.Store(true)
@@ -464,14 +476,7 @@ func TestGatePollEndsALongGateWait(t *testing.T) {
 // poll's yes (a poll costs one ask, as GatePollInterval's doc says), and once it has led to a
 // certificate the loop waits until the certificate is due without asking the gate again.
 func TestGatePollEndsWithTheSuccess(t *testing.T) {
-	e := newEnv(t, func(o *Options) {
-		o.GatePollInterval = time.Second
-		o.GateBackoffConfig = noJitter(8*time.Second, 10*time.Second)
-	})
-	e.gateOpen.Store(false)
-	e.register("v1", true)
-	e.start()
-	e.expectAttemptThenWait(time.Second) // the first attempt asks the gate: closed
+	e := gatePolling(t, nil)
 	e.gateOpen.Store(true)
 	e.stepWait(time.Second) // the poll asks the gate: open
 	if d := e.nextTimer(); d != issueTimeout {
@@ -614,14 +619,7 @@ func TestFamiliesUpstreamLacksNeedTheSwitch(t *testing.T) {
 // TestGatePollOnGoneMetadataEndsTheLoop: a gate poll that finds the volume's metadata gone ends
 // the volume's registration at once, as a turn does, instead of waiting out the gate backoff.
 func TestGatePollOnGoneMetadataEndsTheLoop(t *testing.T) {
-	e := newEnv(t, func(o *Options) {
-		o.GatePollInterval = time.Second
-		o.GateBackoffConfig = noJitter(8*time.Second, 10*time.Second)
-	})
-	e.gateOpen.Store(false)
-	e.register("v1", true)
-	e.start()
-	e.expectAttemptThenWait(time.Second) // the first attempt asks the gate: closed
+	e := gatePolling(t, nil)
 	if err := e.store.RemoveVolume("v1"); err != nil {
 		t.Fatal(err)
 	}

@@ -157,6 +157,14 @@ func TestPersistedKeyMismatchAndOrphan(t *testing.T) {
 // store is e.store.
 func crashDuringFirstIssuance(t *testing.T, e *env) (*cmapi.CertificateRequest, *Manager) {
 	t.Helper()
+	pending := crashAndSweep(t, e)
+	return pending, e.start()
+}
+
+// crashAndSweep is crashDuringFirstIssuance up to the restart's sweep: it returns the pending
+// request, with no manager running.
+func crashAndSweep(t *testing.T, e *env) *cmapi.CertificateRequest {
+	t.Helper()
 	testkit.StampLikeAPIServer(e.client, e.clock.Now)
 	e.register("v1", false)
 	a := e.start()
@@ -167,7 +175,7 @@ func crashDuringFirstIssuance(t *testing.T, e *env) (*cmapi.CertificateRequest, 
 	if res := e.store.Sweep(testr.New(t)); len(res.KeptPendingKeys) != 1 || len(res.RemovedNeverMounted) != 1 {
 		t.Fatalf("sweep = %+v; want v1 removed and its pending key kept", res)
 	}
-	return pending, e.start()
+	return pending
 }
 
 // sweptKeyKept reports whether the store still keeps v1's swept pending key.
@@ -268,17 +276,7 @@ func TestSweptKeyGoesWithItsRequest(t *testing.T) {
 // since its request may exist: a cache that never synced holds no request at all.
 func TestSweptKeyOutlivesAStartWhoseListIsRefused(t *testing.T) {
 	e := newEnv(t, nil)
-	testkit.StampLikeAPIServer(e.client, e.clock.Now)
-	e.register("v1", false)
-	a := e.start()
-	publishAttempt(t, a, "v1")
-	pending := e.waitForPending()
-	e.waitInformerHas(pending)
-	a.Stop()
-	if res := e.store.Sweep(testr.New(t)); len(res.KeptPendingKeys) != 1 {
-		t.Fatalf("sweep = %+v; want v1's pending key kept", res)
-	}
-
+	crashAndSweep(t, e)
 	e.allowRefusals = true
 	e.opts.Client = testkit.WithRBAC(e.client, testkit.DriverAccount, "watch", "create", "delete")
 	b, err := NewManager(e.opts)
