@@ -219,19 +219,25 @@ func TestReadinessGatePendingEventAfterThreshold(t *testing.T) {
 	e.gateOpen.Store(false)
 	e.register("v1", true)
 	e.start()
-	// Attempts at 0, 1, 3, 7 and 15 s (gate backoff 1 s ×2): the one at 15 s is past 10 s.
+	// The gate backoff (1 s ×2, capped at 10 s; its first step waited without being taken) asks
+	// at 0, 1, 2, 4, 8, 16 and 26 s: the ask at 16 s is the first past GatePendingEventAfter.
+	// Each attempt (its deadline's timer) is followed by its gate wait before the clock moves:
+	// an attempt still running when the clock moved would wait from the new time.
 	var events []string
-	for _, at := range []time.Duration{time.Second, 3 * time.Second, 7 * time.Second, 15 * time.Second, 25 * time.Second, 35 * time.Second} {
-		e.poll("the gate wait", func() bool { return e.gateCalls.Load() > 0 && e.clock.Waiters() >= 1 })
-		before := e.gateCalls.Load()
+	at := time.Duration(0)
+	for i, wait := range []time.Duration{time.Second, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second} {
 		e.clock.SetTime(start.Add(at))
-		e.poll("the next gate check", func() bool { return e.gateCalls.Load() > before })
+		e.expectAttemptThenWait(wait)
+		if n := e.gateCalls.Load(); n != int64(i+1) {
+			t.Fatalf("the gate was asked %d times by the attempt at %v, want %d", n, at, i+1)
+		}
 		e.poll("the state", func() bool { return e.states()["gate_pending"] == 1 })
 		got := drain(rec)
-		if at < 15*time.Second && count(got, EventReasonReadinessGatePending) != 0 {
+		if at < GatePendingEventAfter && count(got, EventReasonReadinessGatePending) != 0 {
 			t.Fatalf("gate event before the threshold (at %v)", at)
 		}
 		events = append(events, got...)
+		at += wait
 	}
 	if n := count(events, EventReasonReadinessGatePending); n != 1 {
 		t.Fatalf("%d ReadinessGatePending events, want 1: %v", n, events)
