@@ -159,6 +159,22 @@ func TestConformanceRejectsInvalidVolumeIDs(t *testing.T) {
 	})
 }
 
+// A registration whose metadata cannot be encoded (a NextIssuanceTime past year 9999) reports
+// false and the error, and leaves no volume behind.
+func TestConformanceRegisterThatCannotBeEncodedChangesNothing(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storeUnderTest) {
+		meta := testMeta("v1")
+		farOff := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+		meta.NextIssuanceTime = &farOff
+		if wrote, err := s.store.RegisterMetadata(meta); err == nil || wrote {
+			t.Fatalf("RegisterMetadata = %v, %v; want false and an error", wrote, err)
+		}
+		if ids, err := s.store.ListVolumes(); err != nil || len(ids) != 0 {
+			t.Fatalf("ListVolumes = %v, %v; want no volume", ids, err)
+		}
+	})
+}
+
 func TestConformanceRegisterAndRead(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s storeUnderTest) {
 		meta := testMeta("v1")

@@ -334,15 +334,9 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	unlock := f.state.locks.LockNoContext(meta.VolumeID)
 	defer unlock()
 	stored, err := f.readMetadata(meta.VolumeID)
+	isNew := errors.Is(err, ErrNotFound)
 	switch {
-	case errors.Is(err, ErrNotFound):
-		err := makeDir(f.volumeDir(meta.VolumeID), volumeDirMode)
-		if err == nil {
-			err = makeDir(f.dataDir(meta.VolumeID), dataDirMode)
-		}
-		if err != nil {
-			return false, fmt.Errorf("creating volume %q: %w", meta.VolumeID, err)
-		}
+	case isNew:
 		stored = meta
 		stored.Mounted = false
 	case err != nil:
@@ -352,18 +346,42 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	default:
 		stored.VolumeContext = meta.VolumeContext
 	}
-	if err := f.writeMetadata(meta.VolumeID, stored); err != nil {
+	// Encoded before the volume's directories are made, so that metadata that cannot be
+	// encoded changes nothing.
+	raw, err := encodeMetadata(meta.VolumeID, stored)
+	if err != nil {
+		return false, err
+	}
+	if isNew {
+		err := makeDir(f.volumeDir(meta.VolumeID), volumeDirMode)
+		if err == nil {
+			err = makeDir(f.dataDir(meta.VolumeID), dataDirMode)
+		}
+		if err != nil {
+			return false, fmt.Errorf("creating volume %q: %w", meta.VolumeID, err)
+		}
+	}
+	if err := writeFileAtomic(f.volumeDir(meta.VolumeID), metadataFileName, raw, metadataMode); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
 func (f *Filesystem) writeMetadata(volumeID string, meta metadata.Metadata) error {
-	raw, err := encodeOnDisk(meta)
+	raw, err := encodeMetadata(volumeID, meta)
 	if err != nil {
-		return fmt.Errorf("encoding metadata of volume %q: %w", volumeID, err)
+		return err
 	}
 	return writeFileAtomic(f.volumeDir(volumeID), metadataFileName, raw, metadataMode)
+}
+
+// encodeMetadata is the volume's metadata file, as encodeOnDisk writes it.
+func encodeMetadata(volumeID string, meta metadata.Metadata) ([]byte, error) {
+	raw, err := encodeOnDisk(meta)
+	if err != nil {
+		return nil, fmt.Errorf("encoding metadata of volume %q: %w", volumeID, err)
+	}
+	return raw, nil
 }
 
 // ValidateMetadata reports whether WriteFiles would reject meta (an invalid fsGroup).

@@ -65,7 +65,8 @@ type MetadataWriter interface {
 	WriteMetadata(volumeID string, meta metadata.Metadata) error
 	// RegisterMetadata creates the volume with meta (Mounted false) if it does not exist. If it
 	// exists with a different volume context, the stored record is updated (what is kept is the
-	// store's rule; Mounted always is). It reports whether it wrote.
+	// store's rule; Mounted always is). It reports whether it wrote. Metadata that cannot be
+	// encoded is an error that changes nothing.
 	RegisterMetadata(meta metadata.Metadata) (bool, error)
 }
 

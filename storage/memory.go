@@ -159,11 +159,16 @@ func (m *MemoryFS) SetMounted(volumeID string) error {
 // the JSON decoder's error. Otherwise the whole record is replaced by meta, keeping only the
 // Mounted flag.
 func (m *MemoryFS) RegisterMetadata(meta metadata.Metadata) (bool, error) {
+	// Encoded first, so that metadata that cannot be encoded changes nothing.
+	raw, err := upstreamJSON(meta)
+	if err != nil {
+		return false, err
+	}
 	wrote := false
-	err := m.volume(meta.VolumeID, true, func(v *memVolume) error {
-		if raw, ok := v.files[metadataFileName]; ok {
+	err = m.volume(meta.VolumeID, true, func(v *memVolume) error {
+		if storedRaw, ok := v.files[metadataFileName]; ok {
 			var stored metadata.Metadata
-			if err := json.Unmarshal(raw, &stored); err != nil {
+			if err := json.Unmarshal(storedRaw, &stored); err != nil {
 				return err
 			}
 			if maps.Equal(meta.VolumeContext, stored.VolumeContext) {
@@ -171,8 +176,8 @@ func (m *MemoryFS) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 			}
 		}
 		wrote = true
-		meta.Mounted = false // the flag is kept; a registration never sets it
-		return v.setMetadata(meta)
+		v.files[metadataFileName] = raw // the Mounted flag is kept; a registration never sets it
+		return nil
 	})
 	return wrote, err
 }
