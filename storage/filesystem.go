@@ -348,9 +348,9 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 	}
 	// Encoded before the volume's directories are made, so that metadata that cannot be
 	// encoded changes nothing.
-	raw, err := encodeMetadata(meta.VolumeID, stored)
+	raw, err := encodeOnDisk(stored)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("encoding metadata of volume %q: %w", meta.VolumeID, err)
 	}
 	if isNew {
 		err := makeDir(f.volumeDir(meta.VolumeID), volumeDirMode)
@@ -368,20 +368,11 @@ func (f *Filesystem) RegisterMetadata(meta metadata.Metadata) (bool, error) {
 }
 
 func (f *Filesystem) writeMetadata(volumeID string, meta metadata.Metadata) error {
-	raw, err := encodeMetadata(volumeID, meta)
-	if err != nil {
-		return err
-	}
-	return writeFileAtomic(f.volumeDir(volumeID), metadataFileName, raw, metadataMode)
-}
-
-// encodeMetadata is the volume's metadata file, as encodeOnDisk writes it.
-func encodeMetadata(volumeID string, meta metadata.Metadata) ([]byte, error) {
 	raw, err := encodeOnDisk(meta)
 	if err != nil {
-		return nil, fmt.Errorf("encoding metadata of volume %q: %w", volumeID, err)
+		return fmt.Errorf("encoding metadata of volume %q: %w", volumeID, err)
 	}
-	return raw, nil
+	return writeFileAtomic(f.volumeDir(volumeID), metadataFileName, raw, metadataMode)
 }
 
 // ValidateMetadata reports whether WriteFiles would reject meta (an invalid fsGroup).
